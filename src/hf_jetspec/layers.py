@@ -1,0 +1,134 @@
+"""Small transformer building blocks shared by the drafter (and later the foresight adapter).
+
+The layers follow the Llama/Qwen2 parameter naming (``self_attn.q_proj``, ``mlp.gate_proj``,
+``input_layernorm`` ...) so that a drafter layer can be initialised from one of the target's own
+decoder layers with a plain ``load_state_dict``. Attention takes an explicit boolean mask, which is
+what lets one layer serve both the incremental inference path (queries = block, keys = cached
+context + block) and the training path (many blocks packed against one context).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden_size: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rotary_cos_sin(
+    positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cos/sin tables of rotary position embeddings for integer ``positions`` (any shape).
+
+    Returns tensors of shape ``positions.shape + (head_dim,)`` using the half-split convention of
+    Llama-family models.
+    """
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
+    freqs = positions.to(torch.float32)[..., None] * inv_freq
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` of shape [B, heads, T, D] by cos/sin of shape [B, T, D]."""
+    cos = cos.unsqueeze(1)
+    sin = sin.unsqueeze(1)
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, bias: bool = False):
+        super().__init__()
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.q_proj = nn.Linear(hidden_size, num_heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=bias)
+        self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
+
+    def project_kv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys (rotated) and values for ``x`` [B, T, H] -> two tensors [B, kv_heads, T, D]."""
+        b, t, _ = x.shape
+        k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        return apply_rotary(k, cos, sin), v
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor,
+        prefix_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """Attend from ``x`` [B, T, H] to ``prefix_kv`` (if any) followed by ``x`` itself.
+
+        ``mask`` is boolean, broadcastable to [B, 1, T, P + T] (True = may attend).
+        """
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+        q = apply_rotary(q, cos, sin)
+        k, v = self.project_kv(x, cos, sin)
+        if prefix_kv is not None:
+            k = torch.cat([prefix_kv[0].to(k.dtype), k], dim=2)
+            v = torch.cat([prefix_kv[1].to(v.dtype), v], dim=2)
+        if self.num_kv_heads != self.num_heads:
+            rep = self.num_heads // self.num_kv_heads
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden_size: int, intermediate_size: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm transformer layer (attention + SwiGLU MLP) with Llama parameter names."""
+
+    def __init__(
+        self,
+        hidden_size: int,
+        intermediate_size: int,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        eps: float,
+        attention_bias: bool = False,
+    ):
+        super().__init__()
+        self.self_attn = Attention(hidden_size, num_heads, num_kv_heads, head_dim, bias=attention_bias)
+        self.mlp = MLP(hidden_size, intermediate_size)
+        self.input_layernorm = RMSNorm(hidden_size, eps)
+        self.post_attention_layernorm = RMSNorm(hidden_size, eps)
+
+    def context_kv(self, context: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """Keys/values this layer exposes for (already projected) context features."""
+        return self.self_attn.project_kv(self.input_layernorm(context), cos, sin)
+
+    def forward(self, x, cos, sin, mask, prefix_kv=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, prefix_kv)
+        return x + self.mlp(self.post_attention_layernorm(x))

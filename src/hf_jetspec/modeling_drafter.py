@@ -1,0 +1,372 @@
+"""JetSpecDrafter: a causal parallel block drafter that reads a frozen target's hidden states."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.utils import ModelOutput
+
+from .configuration_drafter import JetSpecDrafterConfig, default_target_layer_ids, rope_theta_of
+from .drafter_cache import DrafterCache
+from .drafting_config import DRAFTING_CONFIG_NAME, DraftingConfig
+from .layers import DecoderLayer, RMSNorm, rotary_cos_sin
+from .stats import GenerationStats
+
+
+@dataclass
+class JetSpecDrafterOutput(ModelOutput):
+    """``logits`` over the draft vocabulary for every block position: [B, num_blocks, gamma, V_draft]."""
+
+    logits: torch.Tensor | None = None
+    hidden_states: torch.Tensor | None = None
+
+
+def target_signature(target) -> dict:
+    """What a drafter must agree with: architecture, widths, depth and vocabulary of a target."""
+    cfg = target.config.get_text_config()
+    return {
+        "target_model_type": cfg.model_type,
+        "target_hidden_size": cfg.hidden_size,
+        "target_num_hidden_layers": cfg.num_hidden_layers,
+        "target_vocab_size": cfg.vocab_size,
+    }
+
+
+def target_decoder_layers(target) -> nn.ModuleList:
+    base = target.get_decoder() if hasattr(target, "get_decoder") else getattr(target, "model", target)
+    layers = getattr(base, "layers", None)
+    if layers is None:
+        raise ValueError(f"cannot find the decoder layers of {type(target).__name__}")
+    return layers
+
+
+def block_attention_mask(
+    anchor_positions: torch.Tensor, block_len: int, context_len: int, causal: bool
+) -> torch.Tensor:
+    """Boolean attention mask of packed blocks against a shared context.
+
+    ``anchor_positions`` [B, nb] gives the position of each block's anchor; block ``b`` sees the
+    context positions ``< anchor_positions[b]`` and, inside itself, the positions up to its own
+    (``causal``) or the whole block (bidirectional). Blocks never see each other.
+    Returns [B, 1, nb * block_len, context_len + nb * block_len].
+    """
+    bsz, nb = anchor_positions.shape
+    device = anchor_positions.device
+    ctx = torch.arange(context_len, device=device)
+    ctx_visible = ctx[None, None, :] < anchor_positions[:, :, None]  # [B, nb, C]
+    ctx_visible = ctx_visible[:, :, None, :].expand(bsz, nb, block_len, context_len)
+    i = torch.arange(block_len, device=device)
+    inner = (i[None, :] <= i[:, None]) if causal else torch.ones(block_len, block_len, dtype=torch.bool, device=device)
+    same_block = torch.eye(nb, dtype=torch.bool, device=device)
+    blk = same_block[:, None, :, None] & inner[None, :, None, :]  # [nb, L, nb, L]
+    blk = blk.reshape(nb, block_len, nb * block_len)[None].expand(bsz, nb, block_len, nb * block_len)
+    mask = torch.cat([ctx_visible, blk], dim=-1)
+    return mask.reshape(bsz, 1, nb * block_len, context_len + nb * block_len)
+
+
+class JetSpecDrafter(PreTrainedModel):
+    """Causal parallel block drafter (JetSpec++), usable as ``assistant_model`` of ``generate``.
+
+    The drafter is an add-on of one target: it reads the target's hidden states at
+    ``config.target_layer_ids`` and shares the target's input embeddings and LM head by reference
+    (they are attached at generation time and never saved with the drafter). Build a fresh one
+    with :meth:`for_target`; load a trained one with ``from_pretrained``.
+
+    Drafting options live in ``drafter.drafting_config`` (:class:`~hf_jetspec.DraftingConfig`);
+    the statistics of the latest ``generate`` call in ``drafter.generation_stats``.
+    """
+
+    config_class = JetSpecDrafterConfig
+    base_model_prefix = "drafter"
+    main_input_name = "block_input_ids"
+    _no_split_modules = ["DecoderLayer"]
+    _keys_to_ignore_on_load_unexpected = []
+
+    def __init__(self, config: JetSpecDrafterConfig):
+        super().__init__(config)
+        n_read = len(config.target_layer_ids)
+        self.fc = nn.Linear(n_read * config.target_hidden_size, config.hidden_size, bias=False)
+        self.context_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.layers = nn.ModuleList(
+            DecoderLayer(
+                config.hidden_size,
+                config.intermediate_size,
+                config.num_attention_heads,
+                config.num_key_value_heads,
+                config.head_dim,
+                config.rms_norm_eps,
+                config.attention_bias,
+            )
+            for _ in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        if config.block_inputs == "mask":
+            self.mask_embedding = nn.Parameter(torch.zeros(config.hidden_size))
+        if config.draft_vocab_size is not None:
+            self.register_buffer("draft_vocab", torch.arange(config.draft_vocab_size, dtype=torch.long), persistent=True)
+        self.drafting_config = DraftingConfig()
+        self.generation_stats = GenerationStats()
+        # The target is referenced, not registered: its weights are not ours to save or train.
+        self.__dict__["_target"] = None
+        self.__dict__["_head_weight"] = None
+        self.post_init()
+
+    def _init_weights(self, module):
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, RMSNorm):
+            nn.init.ones_(module.weight)
+        elif isinstance(module, JetSpecDrafter):
+            if hasattr(module, "mask_embedding"):
+                nn.init.normal_(module.mask_embedding, mean=0.0, std=std)
+            if hasattr(module, "draft_vocab"):
+                module.draft_vocab.copy_(torch.arange(module.config.draft_vocab_size, device=module.draft_vocab.device))
+
+    # ------------------------------------------------------------------ construction / loading
+    @classmethod
+    def for_target(cls, target, *, init_layers_from_target: bool = False, **overrides) -> "JetSpecDrafter":
+        """A freshly initialised drafter for ``target``; ``overrides`` set config fields.
+
+        With ``init_layers_from_target=True`` the drafter layers start as copies of the target's
+        top decoder layers (Llama/Qwen2-style targets).
+        """
+        cfg = target.config.get_text_config()
+        first_layer = target_decoder_layers(target)[0]
+        q_proj = getattr(getattr(first_layer, "self_attn", None), "q_proj", None)
+        values = dict(
+            target_model_type=cfg.model_type,
+            target_hidden_size=cfg.hidden_size,
+            target_vocab_size=cfg.vocab_size,
+            target_num_hidden_layers=cfg.num_hidden_layers,
+            target_layer_ids=default_target_layer_ids(cfg.num_hidden_layers),
+            target_name_or_path=getattr(target, "name_or_path", None) or getattr(cfg, "_name_or_path", None),
+            hidden_size=cfg.hidden_size,
+            num_attention_heads=cfg.num_attention_heads,
+            num_key_value_heads=getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
+            head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
+            intermediate_size=cfg.intermediate_size,
+            rms_norm_eps=getattr(cfg, "rms_norm_eps", 1e-6),
+            rope_theta=rope_theta_of(cfg),
+            attention_bias=bool(q_proj is not None and q_proj.bias is not None),
+        )
+        unknown = set(overrides) - set(JetSpecDrafterConfig().to_dict()) - set(values)
+        if unknown:
+            raise TypeError(f"unknown JetSpecDrafterConfig field(s): {sorted(unknown)}")
+        values.update(overrides)
+        drafter = cls(JetSpecDrafterConfig(**values))
+        drafter.to(device=target.device)
+        if init_layers_from_target:
+            drafter.init_layers_from_target(target)
+        drafter.attach_target(target)
+        return drafter
+
+    @torch.no_grad()
+    def init_layers_from_target(self, target) -> None:
+        """Copy the target's top ``num_hidden_layers`` decoder layers into the drafter layers."""
+        src = target_decoder_layers(target)
+        top = list(src)[-len(self.layers) :]
+        for mine, theirs in zip(self.layers, top):
+            state = {k: v for k, v in theirs.state_dict().items()}
+            missing = [k for k in mine.state_dict() if k not in state or state[k].shape != mine.state_dict()[k].shape]
+            if missing:
+                raise ValueError(
+                    f"cannot initialise drafter layers from {type(theirs).__name__}: parameters {missing} "
+                    "have no counterpart of the same shape"
+                )
+            mine.load_state_dict({k: state[k].to(self.dtype) for k in mine.state_dict()})
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, drafting_config: DraftingConfig | None = None, **kwargs):
+        """Load a drafter (safetensors only). Drafting options may be given as ``drafting_config``
+        or as keyword arguments named like its fields (``num_jacobi_passes=2, budget=32``)."""
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in DraftingConfig.field_names()}
+        kwargs["use_safetensors"] = True
+        try:
+            model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        except Exception as err:  # make corrupt / truncated weight files say so
+            if type(err).__name__ in {"SafetensorError", "HeaderTooLarge", "MetadataIncompleteBuffer"} or "deserializ" in str(err):
+                raise OSError(
+                    f"the drafter weights in {pretrained_model_name_or_path!r} could not be read ({err}); "
+                    "the safetensors file is corrupt or truncated: re-download or re-save it"
+                ) from err
+            raise
+        if drafting_config is None:
+            drafting_config = _load_drafting_config(pretrained_model_name_or_path, kwargs)
+        model.drafting_config = drafting_config.replace(**options)
+        return model
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        kwargs.pop("safe_serialization", None)
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            self.drafting_config.save(save_directory)
+
+    # ------------------------------------------------------------------ the target it serves
+    def check_target(self, target) -> None:
+        """Raise a ``ValueError`` naming both sides if ``target`` is not the one this drafter serves."""
+        sig = target_signature(target)
+        diffs = [
+            f"{key[len('target_'):]}: drafter built for {getattr(self.config, key)!r}, target has {value!r}"
+            for key, value in sig.items()
+            if getattr(self.config, key) != value
+        ]
+        if diffs:
+            name = getattr(target, "name_or_path", "") or type(target).__name__
+            raise ValueError(
+                f"This JetSpecDrafter was built for {self.config.describe_target()}, but it was given the target "
+                f"{name!r} ({sig['target_model_type']}, hidden_size={sig['target_hidden_size']}, "
+                f"{sig['target_num_hidden_layers']} layers, vocab_size={sig['target_vocab_size']}). Mismatch in "
+                + "; ".join(diffs)
+                + ". Use a drafter trained for this target, or build one with JetSpecDrafter.for_target(target)."
+            )
+        emb = target.get_input_embeddings()
+        if emb is None or target.get_output_embeddings() is None:
+            raise ValueError("the target must expose input and output embeddings (a *ForCausalLM model)")
+
+    def attach_target(self, target) -> None:
+        """Validate and reference ``target``'s embeddings and LM head (nothing is copied)."""
+        self.check_target(target)
+        self.__dict__["_target"] = target
+        head = target.get_output_embeddings().weight
+        if self.config.draft_vocab_size is not None:
+            head = head.index_select(0, self.draft_vocab.to(head.device))
+        self.__dict__["_head_weight"] = head
+
+    @property
+    def target(self):
+        if self.__dict__["_target"] is None:
+            raise RuntimeError(
+                "this drafter has no target attached: pass it as assistant_model= to target.generate(...), "
+                "or call drafter.attach_target(target)"
+            )
+        return self.__dict__["_target"]
+
+    # ------------------------------------------------------------------ building blocks
+    def project_context(self, target_states: torch.Tensor) -> torch.Tensor:
+        """Concatenated read-layer states [B, T, n_read * H_target] -> drafter context [B, T, H]."""
+        return self.context_norm(self.fc(target_states.to(self.dtype)))
+
+    def embed_block(self, block_input_ids: torch.Tensor, noise_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Token embeddings of block inputs (the target's table); ``noise_mask`` marks mask inputs."""
+        emb = self.target.get_input_embeddings()
+        x = emb(block_input_ids.to(emb.weight.device)).to(device=self.device, dtype=self.dtype)
+        if noise_mask is not None and self.config.block_inputs == "mask":
+            x = torch.where(noise_mask.to(x.device)[..., None], self.mask_embedding.to(x.dtype), x)
+        return x
+
+    def _rotary(self, positions: torch.Tensor):
+        return rotary_cos_sin(positions, self.config.head_dim, self.config.rope_theta, self.dtype)
+
+    def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits over the draft vocabulary (the target's LM head rows) for drafter outputs."""
+        head = self.__dict__["_head_weight"]
+        if head is None:
+            head = self.target.get_output_embeddings().weight
+        return F.linear(self.norm(hidden).to(head.dtype), head)
+
+    def draft_ids(self, logits: torch.Tensor) -> torch.Tensor:
+        ids = logits.argmax(-1)
+        if self.config.draft_vocab_size is not None:
+            ids = self.draft_vocab.to(ids.device)[ids]
+        return ids
+
+    # ------------------------------------------------------------------ inference path
+    @torch.no_grad()
+    def append_context(self, cache: DrafterCache, target_states: torch.Tensor, positions: torch.Tensor) -> None:
+        """Add verified positions (their read-layer states [1, T, n*H]) to the drafter cache."""
+        ctx = self.project_context(target_states.to(self.device))
+        cos, sin = self._rotary(positions.to(self.device)[None])
+        for i, layer in enumerate(self.layers):
+            k, v = layer.context_kv(ctx, cos, sin)
+            cache.append(i, k, v)
+
+    @torch.no_grad()
+    def draft_block(
+        self,
+        cache: DrafterCache,
+        block_input_ids: torch.Tensor,
+        start_position: int,
+        noise_mask: torch.Tensor | None = None,
+        return_logits: bool = False,
+    ):
+        """One forward over a block [gamma] of inputs against the cached context.
+
+        Returns the argmax draft ids [gamma] (and the draft-vocabulary logits [gamma, V_draft] with
+        ``return_logits``)."""
+        gamma = block_input_ids.shape[-1]
+        x = self.embed_block(block_input_ids.reshape(1, gamma), None if noise_mask is None else noise_mask.reshape(1, gamma))
+        positions = torch.arange(start_position, start_position + gamma, device=self.device)
+        cos, sin = self._rotary(positions[None])
+        ctx_len = len(cache)
+        i = torch.arange(gamma, device=self.device)
+        inner = (i[None, :] <= i[:, None]) if self.config.attention == "causal" else torch.ones(gamma, gamma, dtype=torch.bool, device=self.device)
+        mask = torch.cat([torch.ones(gamma, ctx_len, dtype=torch.bool, device=self.device), inner], dim=-1)[None, None]
+        for li, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, mask, cache.layer(li))
+        logits = self.draft_logits(x)[0]
+        ids = self.draft_ids(logits)
+        return (ids, logits) if return_logits else ids
+
+    # ------------------------------------------------------------------ training path
+    def forward(
+        self,
+        context_states: torch.Tensor,
+        block_input_ids: torch.Tensor,
+        anchor_positions: torch.Tensor,
+        noise_mask: torch.Tensor | None = None,
+        return_hidden_states: bool = False,
+        **kwargs,
+    ) -> JetSpecDrafterOutput:
+        """Draft many blocks of one sequence batch in one pass (the training view).
+
+        Args:
+            context_states: [B, T, n_read * H_target] target states at the read layers; row j is
+                sequence position j.
+            block_input_ids: [B, nb, gamma] block inputs; index 0 of each block is its anchor.
+            anchor_positions: [B, nb] sequence position of each anchor; block ``b`` sees the context
+                positions before its anchor.
+            noise_mask: [B, nb, gamma] positions that hold noise (replaced by the mask embedding
+                for ``block_inputs="mask"`` drafters).
+        Returns:
+            :class:`JetSpecDrafterOutput` with logits [B, nb, gamma, V_draft]; output i of a block
+            predicts the token at block index i + 1.
+        """
+        bsz, nb, gamma = block_input_ids.shape
+        t = context_states.shape[1]
+        ctx = self.project_context(context_states)
+        ctx_cos, ctx_sin = self._rotary(torch.arange(t, device=self.device)[None].expand(bsz, t))
+        x = self.embed_block(block_input_ids.reshape(bsz, nb * gamma), None if noise_mask is None else noise_mask.reshape(bsz, nb * gamma))
+        positions = (anchor_positions[:, :, None] + torch.arange(gamma, device=anchor_positions.device)).reshape(bsz, nb * gamma)
+        cos, sin = self._rotary(positions.to(self.device))
+        mask = block_attention_mask(anchor_positions.to(self.device), gamma, t, self.config.attention == "causal")
+        for layer in self.layers:
+            kv = layer.context_kv(ctx, ctx_cos, ctx_sin)
+            x = layer(x, cos, sin, mask, kv)
+        logits = self.draft_logits(x).reshape(bsz, nb, gamma, -1)
+        return JetSpecDrafterOutput(logits=logits, hidden_states=x.reshape(bsz, nb, gamma, -1) if return_hidden_states else None)
+
+
+def _load_drafting_config(name_or_path, kwargs) -> DraftingConfig:
+    if os.path.isdir(str(name_or_path)):
+        return DraftingConfig.load(name_or_path)
+    from transformers.utils import cached_file
+
+    path = cached_file(
+        name_or_path,
+        DRAFTING_CONFIG_NAME,
+        cache_dir=kwargs.get("cache_dir"),
+        revision=kwargs.get("revision"),
+        token=kwargs.get("token"),
+        local_files_only=kwargs.get("local_files_only", False),
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+    )
+    return DraftingConfig.load(os.path.dirname(path)) if path else DraftingConfig()

@@ -1,0 +1,88 @@
+"""The one seam between hf_jetspec and transformers' private generation code.
+
+transformers 5.24 picks a ``CandidateGenerator`` inside ``GenerationMixin._get_candidate_generator``
+from a fixed list of conditions and offers no public hook. This module wraps that method (and
+``_validate_generation_mode``, to give JetSpec-specific errors before generic ones) with a dispatch
+on the assistant's class: a :class:`~hf_jetspec.JetSpecDrafter` gets a
+:class:`~hf_jetspec.candidate_generator.JetSpecCandidateGenerator`; every other call goes to the
+original method unchanged. :func:`install` runs on ``import hf_jetspec``; :func:`uninstall`
+restores the originals.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from transformers.generation.utils import GenerationMixin, GenerationMode
+
+_ORIGINALS: dict[str, object] = {}
+
+
+def _is_drafter(model) -> bool:
+    from .modeling_drafter import JetSpecDrafter
+
+    return isinstance(model, JetSpecDrafter)
+
+
+def _wrap_get_candidate_generator(original):
+    @functools.wraps(original)
+    def _get_candidate_generator(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs, assistant_model=None, *args, **kwargs):
+        if _is_drafter(assistant_model):
+            from .candidate_generator import JetSpecCandidateGenerator
+
+            return JetSpecCandidateGenerator(self, assistant_model, generation_config, logits_processor)
+        return original(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs, assistant_model, *args, **kwargs)
+
+    return _get_candidate_generator
+
+
+def _wrap_validate_generation_mode(original):
+    @functools.wraps(original)
+    def _validate_generation_mode(self, generation_mode, generation_config, generation_mode_kwargs):
+        drafter = generation_mode_kwargs.get("assistant_model")
+        if _is_drafter(drafter):
+            drafter.check_target(self)
+            if generation_mode != GenerationMode.ASSISTED_GENERATION:
+                raise ValueError(
+                    "a JetSpecDrafter speeds up greedy decoding and sampling with num_beams=1; "
+                    f"these generation settings select {generation_mode}, which speculative decoding does not support"
+                )
+            if generation_mode_kwargs.get("assistant_tokenizer") is not None:
+                raise ValueError("a JetSpecDrafter uses the target's own tokenizer: do not pass assistant_tokenizer")
+            if generation_config.speculation_type not in (None, "dflash"):
+                raise ValueError(f"speculation_type={generation_config.speculation_type!r} is not used with a JetSpecDrafter")
+        return original(self, generation_mode, generation_config, generation_mode_kwargs)
+
+    return _validate_generation_mode
+
+
+_WRAPPERS = {
+    "_get_candidate_generator": _wrap_get_candidate_generator,
+    "_validate_generation_mode": _wrap_validate_generation_mode,
+}
+
+
+def install() -> None:
+    """Route ``generate(assistant_model=<JetSpecDrafter>)`` to the JetSpec generator (idempotent)."""
+    for name, wrap in _WRAPPERS.items():
+        if name in _ORIGINALS:
+            continue
+        original = getattr(GenerationMixin, name, None)
+        if original is None:
+            raise ImportError(
+                f"transformers.GenerationMixin has no {name}: this transformers version is not supported "
+                "by hf_jetspec (tested with 5.24)"
+            )
+        _ORIGINALS[name] = original
+        setattr(GenerationMixin, name, wrap(original))
+
+
+def uninstall() -> None:
+    """Restore transformers' original methods."""
+    for name, original in list(_ORIGINALS.items()):
+        setattr(GenerationMixin, name, original)
+        del _ORIGINALS[name]
+
+
+def is_installed() -> bool:
+    return set(_ORIGINALS) == set(_WRAPPERS)

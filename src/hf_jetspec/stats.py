@@ -1,0 +1,66 @@
+"""Per-generation statistics of speculative decoding."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+
+def accept_length_histogram(accepted: list[int], max_len: int | None = None) -> list[int]:
+    """Counts of rounds by number of accepted draft tokens: ``hist[k]`` rounds accepted exactly k."""
+    top = max(accepted, default=-1) if max_len is None else max_len
+    hist = [0] * (top + 1)
+    for k in accepted:
+        hist[k] += 1
+    return hist
+
+
+@dataclass
+class GenerationStats:
+    """What one ``generate`` call did, kept on the drafter as ``drafter.generation_stats``.
+
+    ``rounds`` counts verification rounds after the prefill (the prefill forward of the target
+    commits the first token without any draft and is not a round). ``accepted_lengths[r]`` is the
+    number of draft tokens accepted in round r; every round also commits one token drawn by the
+    target (the bonus), unless the generation stopped inside the block.
+    """
+
+    rounds: int = 0
+    committed_tokens: int = 0
+    accepted_lengths: list[int] = field(default_factory=list)
+    drafted_tokens: int = 0
+    draft_time_s: float = 0.0
+    verify_time_s: float = 0.0
+    prefill_time_s: float = 0.0
+
+    @property
+    def tau(self) -> float | None:
+        """Mean tokens committed per verification round (bonus included)."""
+        return self.committed_tokens / self.rounds if self.rounds else None
+
+    @property
+    def accept_length_hist(self) -> list[int]:
+        return accept_length_histogram(self.accepted_lengths)
+
+    def record_round(self, accepted: int, committed: int, drafted: int) -> None:
+        self.rounds += 1
+        self.accepted_lengths.append(int(accepted))
+        self.committed_tokens += int(committed)
+        self.drafted_tokens += int(drafted)
+
+    def merge(self, other: "GenerationStats") -> "GenerationStats":
+        return GenerationStats(
+            rounds=self.rounds + other.rounds,
+            committed_tokens=self.committed_tokens + other.committed_tokens,
+            accepted_lengths=self.accepted_lengths + other.accepted_lengths,
+            drafted_tokens=self.drafted_tokens + other.drafted_tokens,
+            draft_time_s=self.draft_time_s + other.draft_time_s,
+            verify_time_s=self.verify_time_s + other.verify_time_s,
+            prefill_time_s=self.prefill_time_s + other.prefill_time_s,
+        )
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["tau"] = self.tau
+        out["accept_length_hist"] = self.accept_length_hist
+        return out

@@ -1,0 +1,171 @@
+"""JetSpecDrafter as a PreTrainedModel: construction, checkpoints, the target it serves, bad input."""
+
+import json
+import os
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoConfig, AutoModel, LlamaConfig, LlamaForCausalLM
+
+from hf_jetspec import DraftingConfig, JetSpecDrafter, JetSpecDrafterConfig
+from helpers import tiny_llama, tiny_qwen2
+
+
+def test_for_target_records_the_target(llama_target):
+    drafter = JetSpecDrafter.for_target(llama_target, num_hidden_layers=1)
+    cfg = drafter.config
+    assert (cfg.target_model_type, cfg.target_hidden_size, cfg.target_vocab_size, cfg.target_num_hidden_layers) == ("llama", 64, 128, 4)
+    assert cfg.vocab_size == 128  # generate() compares vocab sizes to decide on a shared tokenizer
+    assert len(drafter.layers) == 1
+    with pytest.raises(TypeError, match="unknown JetSpecDrafterConfig field"):
+        JetSpecDrafter.for_target(llama_target, num_layerz=3)
+
+
+def test_shared_weights_are_not_parameters_or_saved(tmp_path, llama_target):
+    drafter = JetSpecDrafter.for_target(llama_target)
+    names = {n for n, _ in drafter.named_parameters()}
+    assert not any("embed" in n or "lm_head" in n for n in names)
+    n_params = sum(p.numel() for p in drafter.parameters())
+    drafter.save_pretrained(tmp_path)
+    files = sorted(os.listdir(tmp_path))
+    assert "model.safetensors" in files and not any(f.endswith((".bin", ".pt", ".pkl")) for f in files)
+    saved = load_file(tmp_path / "model.safetensors")
+    assert sum(t.numel() for t in saved.values()) == n_params
+    assert not any("embed" in k or "lm_head" in k for k in saved)
+
+
+def test_save_load_round_trip(tmp_path, trained_llama):
+    target, drafter, prompts = trained_llama
+    drafter.drafting_config = DraftingConfig(budget=8, num_jacobi_passes=2, seed=3)
+    drafter.save_pretrained(tmp_path)
+    loaded = JetSpecDrafter.from_pretrained(tmp_path).eval()
+    assert loaded.drafting_config == drafter.drafting_config
+    for (n1, p1), (n2, p2) in zip(drafter.state_dict().items(), loaded.state_dict().items()):
+        assert n1 == n2 and torch.equal(p1, p2)
+    a = target.generate(prompts[:1], assistant_model=drafter, do_sample=False, max_new_tokens=30)
+    stats_a = drafter.generation_stats
+    b = target.generate(prompts[:1], assistant_model=loaded, do_sample=False, max_new_tokens=30)
+    assert torch.equal(a, b) and loaded.generation_stats.accepted_lengths == stats_a.accepted_lengths
+    # options at from_pretrained, and through the Auto classes
+    again = JetSpecDrafter.from_pretrained(tmp_path, num_jacobi_passes=0, budget=32)
+    assert (again.drafting_config.num_jacobi_passes, again.drafting_config.budget, again.drafting_config.seed) == (0, 32, 3)
+    assert isinstance(AutoConfig.from_pretrained(tmp_path), JetSpecDrafterConfig)
+    assert isinstance(AutoModel.from_pretrained(tmp_path), JetSpecDrafter)
+
+
+def test_fp16_checkpoint_serves_fp32_target(tmp_path, trained_llama):
+    target, drafter, prompts = trained_llama
+    copy = JetSpecDrafter(drafter.config)
+    copy.load_state_dict(drafter.state_dict())
+    copy.half().save_pretrained(tmp_path)
+    half = JetSpecDrafter.from_pretrained(tmp_path, dtype=torch.float16).eval()
+    assert half.dtype == torch.float16
+    ref = target.generate(prompts[:1], do_sample=False, max_new_tokens=30)
+    out = target.generate(prompts[:1], assistant_model=half, do_sample=False, max_new_tokens=30)
+    assert torch.equal(ref, out)
+
+
+def test_wrong_target_names_both(llama_target, qwen_target):
+    drafter = JetSpecDrafter.for_target(llama_target)
+    prompt = torch.tensor([[1, 2, 3]])
+    with pytest.raises(ValueError, match=r"built for a llama target.*qwen2.*Mismatch in"):
+        qwen_target.generate(prompt, assistant_model=drafter, max_new_tokens=5)
+
+
+def test_mismatched_vocabulary_is_rejected(llama_target):
+    other = tiny_llama(vocab_size=130, seed=4)
+    drafter = JetSpecDrafter.for_target(llama_target)
+    with pytest.raises(ValueError, match=r"vocab_size: drafter built for 128, target has 130"):
+        other.generate(torch.tensor([[1, 2, 3]]), assistant_model=drafter, max_new_tokens=5)
+
+
+def test_out_of_range_layer_ids(llama_target):
+    with pytest.raises(ValueError, match="out of range for a target with 4 layers"):
+        JetSpecDrafter.for_target(llama_target, target_layer_ids=[1, 4])
+    with pytest.raises(ValueError, match="out of range"):
+        JetSpecDrafterConfig(target_num_hidden_layers=4, target_layer_ids=[-1])
+    with pytest.raises(ValueError, match="distinct"):
+        JetSpecDrafterConfig(target_num_hidden_layers=4, target_layer_ids=[1, 1])
+
+
+def test_bad_config_switches():
+    with pytest.raises(ValueError, match="attention must be one of"):
+        JetSpecDrafterConfig(attention="sideways")
+    with pytest.raises(ValueError, match="block_inputs must be one of"):
+        JetSpecDrafterConfig(block_inputs="noise")
+    with pytest.raises(ValueError, match="hidden_size must equal"):
+        JetSpecDrafterConfig(target_hidden_size=64, hidden_size=32)
+
+
+def test_bad_drafting_options(llama_target):
+    with pytest.raises(ValueError, match="budget must be"):
+        DraftingConfig(budget=1)
+    with pytest.raises(ValueError, match="num_jacobi_passes"):
+        DraftingConfig(num_jacobi_passes=-1)
+    drafter = JetSpecDrafter.for_target(llama_target)
+    drafter.drafting_config.budget = 0  # set by attribute: validated when generate starts
+    with pytest.raises(ValueError, match="budget must be"):
+        llama_target.generate(torch.tensor([[1, 2]]), assistant_model=drafter, max_new_tokens=4)
+    with pytest.raises(TypeError, match="unknown drafting option"):
+        DraftingConfig().replace(jacobi=3)
+
+
+def test_unsupported_generation_settings(llama_target):
+    drafter = JetSpecDrafter.for_target(llama_target)
+    prompt = torch.tensor([[1, 2, 3]])
+    with pytest.raises(ValueError, match="num_beams=1"):
+        llama_target.generate(prompt, assistant_model=drafter, num_beams=2, max_new_tokens=4)
+    with pytest.raises(ValueError, match="num_return_sequences has to be 1"):
+        llama_target.generate(prompt, assistant_model=drafter, do_sample=True, num_return_sequences=2, max_new_tokens=4)
+    with pytest.raises(ValueError, match="batch_size = 1"):
+        llama_target.generate(torch.tensor([[1, 2, 3], [4, 5, 6]]), attention_mask=torch.ones(2, 3, dtype=torch.long), assistant_model=drafter, max_new_tokens=4)
+    with pytest.raises(ValueError, match="unpadded prompt"):
+        llama_target.generate(prompt, attention_mask=torch.tensor([[0, 1, 1]]), assistant_model=drafter, max_new_tokens=4)
+
+
+def test_missing_and_corrupt_weights(tmp_path, llama_target):
+    drafter = JetSpecDrafter.for_target(llama_target)
+    drafter.save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    with pytest.raises(OSError, match="corrupt or truncated"):
+        JetSpecDrafter.from_pretrained(tmp_path)
+    weights.write_bytes(b"\x00" * 16)
+    with pytest.raises(OSError, match="corrupt or truncated"):
+        JetSpecDrafter.from_pretrained(tmp_path)
+    weights.unlink()
+    with pytest.raises(OSError, match="model.safetensors"):
+        JetSpecDrafter.from_pretrained(tmp_path)
+    with pytest.raises(OSError):
+        JetSpecDrafter.from_pretrained(tmp_path / "nowhere")
+
+
+def test_init_layers_from_target():
+    target = tiny_qwen2()
+    drafter = JetSpecDrafter.for_target(target, num_hidden_layers=2, init_layers_from_target=True)
+    top = target.model.layers[-1]
+    assert drafter.config.attention_bias  # Qwen2 projections carry biases
+    assert torch.equal(drafter.layers[-1].self_attn.q_proj.weight, top.self_attn.q_proj.weight)
+    assert torch.equal(drafter.layers[-1].self_attn.q_proj.bias, top.self_attn.q_proj.bias)
+    assert torch.equal(drafter.layers[0].mlp.down_proj.weight, target.model.layers[-2].mlp.down_proj.weight)
+
+
+def test_training_forward_matches_incremental_drafting(trained_llama):
+    """The packed training view and the cached inference view compute the same drafts."""
+    from hf_jetspec.drafter_cache import DrafterCache
+
+    target, drafter, prompts = trained_llama
+    seq = target.generate(prompts[:1], do_sample=False, max_new_tokens=20)
+    with torch.no_grad():
+        out = target(seq, output_hidden_states=True)
+    states = torch.cat([out.hidden_states[i + 1] for i in drafter.config.target_layer_ids], -1)
+    anchors = torch.tensor([[10, 17]])
+    blocks = torch.stack([seq[0, 10:16], seq[0, 17:23]])[None]
+    with torch.no_grad():
+        packed = drafter(states, blocks, anchors).logits.argmax(-1)[0]
+    for b, a in enumerate(anchors[0].tolist()):
+        cache = DrafterCache(drafter.config.num_hidden_layers)
+        drafter.append_context(cache, states[:, :a], torch.arange(a))
+        assert torch.equal(drafter.draft_block(cache, blocks[0, b], a), packed[b])

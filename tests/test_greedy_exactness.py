@@ -1,0 +1,124 @@
+"""Greedy output with a drafter must equal the target's own greedy output, token for token (fp32)."""
+
+import pytest
+import torch
+
+from hf_jetspec import JetSpecDrafter
+from helpers import tiny_llama
+
+
+def greedy_pair(target, drafter, prompt, **kwargs):
+    ref = target.generate(prompt, do_sample=False, **kwargs)
+    out = target.generate(prompt, assistant_model=drafter, do_sample=False, **kwargs)
+    return ref, out
+
+
+@pytest.mark.parametrize("which", ["trained_llama", "trained_qwen"])
+@pytest.mark.parametrize("budget", [4, 16, 32])
+@pytest.mark.parametrize("passes", [0, 1, 2, 3])
+def test_often_accepting_drafter_is_exact(request, which, budget, passes):
+    target, drafter, prompts = request.getfixturevalue(which)
+    drafter.drafting_config.budget = budget
+    drafter.drafting_config.num_jacobi_passes = passes
+    taus = []
+    for i in range(3):
+        ref, out = greedy_pair(target, drafter, prompts[i : i + 1], max_new_tokens=48)
+        assert torch.equal(ref, out)
+        taus.append(drafter.generation_stats.tau)
+    # the fixture really is an often-accepting drafter: the equality above is tested under acceptance
+    assert max(taus) > 1.8
+
+
+@pytest.mark.parametrize("target_fixture", ["llama_target", "qwen_target"])
+@pytest.mark.parametrize("max_new_tokens", [1, 2, 3, 5, 17, 64, 200])
+def test_random_drafter_is_exact_for_any_length(request, target_fixture, max_new_tokens):
+    target = request.getfixturevalue(target_fixture)
+    torch.manual_seed(max_new_tokens)
+    drafter = JetSpecDrafter.for_target(target).eval()
+    prompt = torch.randint(0, target.config.vocab_size, (1, 7))
+    ref, out = greedy_pair(target, drafter, prompt, max_new_tokens=max_new_tokens)
+    assert torch.equal(ref, out)
+    stats = drafter.generation_stats
+    assert stats.committed_tokens + 1 == out.shape[1] - prompt.shape[1]  # + the prefill token
+
+
+@pytest.mark.parametrize("max_new_tokens", [1, 7, 16, 31, 33, 100])
+def test_trained_drafter_any_length_budget_32(trained_llama, max_new_tokens):
+    target, drafter, prompts = trained_llama
+    drafter.drafting_config.budget = 32
+    drafter.drafting_config.num_jacobi_passes = 2
+    ref, out = greedy_pair(target, drafter, prompts[3:4], max_new_tokens=max_new_tokens)
+    assert torch.equal(ref, out)
+    assert out.shape[1] - 8 == max_new_tokens
+
+
+def test_eos_inside_a_block(trained_llama):
+    target, drafter, prompts = trained_llama
+    drafter.drafting_config.budget = 16
+    drafter.drafting_config.num_jacobi_passes = 1
+    prompt = prompts[0:1]
+    free = target.generate(prompt, do_sample=False, max_new_tokens=40)[0, 8:]
+    # a token first produced well inside the continuation, so the stop lands mid-block
+    eos = int(free[9])
+    first = int((free == eos).nonzero()[0])
+    ref, out = greedy_pair(target, drafter, prompt, max_new_tokens=40, eos_token_id=eos)
+    assert torch.equal(ref, out)
+    assert out.shape[1] == 8 + first + 1 and int(out[0, -1]) == eos
+    assert drafter.generation_stats.tau > 1.0  # the stop really happened with drafts in flight
+
+
+def test_stop_strings_and_min_length(trained_llama):
+    target, drafter, prompts = trained_llama
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class StopAfter(StoppingCriteria):
+        def __init__(self, n):
+            self.n = n
+
+        def __call__(self, input_ids, scores, **kwargs):
+            return torch.full((input_ids.shape[0],), input_ids.shape[1] >= self.n, dtype=torch.bool)
+
+    ref, out = greedy_pair(target, drafter, prompts[1:2], max_new_tokens=60, min_new_tokens=20)
+    assert torch.equal(ref, out)
+    # custom criteria are checked after each round, as in transformers' own assisted decoding:
+    # the output is a prefix-exact continuation of the target's greedy output
+    full = target.generate(prompts[1:2], do_sample=False, max_new_tokens=60)
+    out = target.generate(prompts[1:2], assistant_model=drafter, do_sample=False, max_new_tokens=60, stopping_criteria=StoppingCriteriaList([StopAfter(30)]))
+    assert out.shape[1] >= 30 and torch.equal(out[0], full[0, : out.shape[1]])
+
+
+def test_repetition_penalty_processor_is_respected():
+    target = tiny_llama(seed=3)
+    drafter = JetSpecDrafter.for_target(target).eval()
+    prompt = torch.randint(0, 128, (1, 6), generator=torch.Generator().manual_seed(3))
+    ref, out = greedy_pair(target, drafter, prompt, max_new_tokens=40, repetition_penalty=1.3, no_repeat_ngram_size=3)
+    assert torch.equal(ref, out)
+
+
+def test_bidirectional_and_mask_drafters_are_exact(llama_target):
+    prompt = torch.randint(0, 128, (1, 9), generator=torch.Generator().manual_seed(5))
+    for overrides in ({"attention": "bidirectional"}, {"block_inputs": "mask"}, {"draft_vocab_size": 50}):
+        torch.manual_seed(0)
+        drafter = JetSpecDrafter.for_target(llama_target, **overrides).eval()
+        drafter.drafting_config.num_jacobi_passes = 2
+        ref, out = greedy_pair(llama_target, drafter, prompt, max_new_tokens=50)
+        assert torch.equal(ref, out), overrides
+
+
+@pytest.mark.slow
+def test_real_smollm2_random_drafter_is_exact(smollm2):
+    model, tok = smollm2
+    torch.manual_seed(0)
+    drafter = JetSpecDrafter.for_target(model).eval()
+    prompts = [
+        "What is the capital of France?",
+        "Write a Python function that checks whether a number is prime.",
+        "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?",
+    ]
+    for j, text in enumerate(prompts):
+        drafter.drafting_config.num_jacobi_passes = j % 2
+        enc = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        ref = model.generate(**enc, do_sample=False, max_new_tokens=40)
+        out = model.generate(**enc, assistant_model=drafter, do_sample=False, max_new_tokens=40)
+        assert torch.equal(ref, out), text
+        assert drafter.generation_stats.rounds > 0

@@ -1,0 +1,116 @@
+"""Small pure functions on hand-checkable numbers."""
+
+import torch
+
+from hf_jetspec import default_target_layer_ids
+from hf_jetspec.configuration_drafter import rope_theta_of
+from hf_jetspec.jacobi import initial_block_inputs, jacobi_refine, refined_block_inputs, sample_noise_tokens
+from hf_jetspec.modeling_drafter import block_attention_mask
+from hf_jetspec.stats import GenerationStats, accept_length_histogram
+from hf_jetspec.verify import exact_match_verify, greedy_accept_length, point_mass_accept_probability, rejection_accept_probability
+
+
+def test_default_layer_ids():
+    assert default_target_layer_ids(36) == [1, 9, 17, 25, 33]  # DFlash on Qwen3-8B
+    assert default_target_layer_ids(30) == [1, 8, 14, 21, 27]  # SmolLM2-135M
+    assert default_target_layer_ids(4) == [1]
+    assert default_target_layer_ids(1) == [0]
+    assert default_target_layer_ids(6, 5) == [1, 2, 3]
+
+
+def test_rope_theta_of_v5_configs():
+    class C:
+        rope_parameters = {"rope_theta": 100000.0, "rope_type": "default"}
+
+    class G:
+        rope_parameters = {"full_attention": {"rope_theta": 1e6}, "sliding_attention": {"rope_theta": 1e4}}
+
+    assert rope_theta_of(C()) == 100000.0 and rope_theta_of(G()) == 1e6
+
+
+def test_jacobi_inputs():
+    anchor = torch.tensor([7])
+    assert initial_block_inputs(anchor, torch.tensor([1, 2, 3])).tolist() == [7, 1, 2, 3]
+    assert refined_block_inputs(anchor, torch.tensor([4, 5, 6, 9])).tolist() == [7, 4, 5, 6]
+
+
+def test_jacobi_reaches_the_autoregressive_fixed_point():
+    # a deterministic causal "drafter": position i predicts (sum of inputs[: i + 1]) mod 10
+    def draft_fn(inputs):
+        return torch.cumsum(inputs, 0) % 10
+
+    anchor = torch.tensor([3])
+    ar = []  # autoregressive greedy decode of the same rule
+    seq = [3]
+    for _ in range(5):
+        ar.append(sum(seq) % 10)
+        seq.append(ar[-1])
+    j0 = draft_fn(initial_block_inputs(anchor, torch.tensor([0, 0, 0, 0])))
+    assert j0[0].item() == ar[0] and j0.tolist() != ar
+    one, passes = jacobi_refine(draft_fn, anchor, j0, 1)
+    assert passes == 1 and one[:2].tolist() == ar[:2]  # each pass fixes at least one more position
+    full, passes = jacobi_refine(draft_fn, anchor, j0, 10)
+    assert full.tolist() == ar and passes <= 5  # stops at the fixed point
+
+
+def test_noise_tokens_come_from_the_context():
+    ctx = torch.tensor([11, 12, 13])
+    g = torch.Generator().manual_seed(0)
+    noise = sample_noise_tokens(ctx, 50, g)
+    assert noise.shape == (50,) and set(noise.tolist()) <= {11, 12, 13} and len(set(noise.tolist())) == 3
+    assert sample_noise_tokens(ctx, 0, g).numel() == 0
+
+
+def test_greedy_accept_length():
+    assert greedy_accept_length(torch.tensor([1, 2, 3]), torch.tensor([1, 2, 3, 4])) == 3
+    assert greedy_accept_length(torch.tensor([1, 9, 3]), torch.tensor([1, 2, 3, 4])) == 1
+    assert greedy_accept_length(torch.tensor([5, 2, 3]), torch.tensor([1, 2, 3, 4])) == 0
+
+
+def test_appendix_f3_counterexample():
+    # softmax q = 0.9 on the argmax token, target p = 0.6: the rule with that q commits it with 2/3
+    assert abs(rejection_accept_probability(0.6, 0.9) - 2 / 3) < 1e-12
+    assert point_mass_accept_probability(0.6) == 0.6
+
+
+def test_exact_match_verify_commits_target_draws():
+    # row 0 is a point mass on 4 (draft 4 accepted), row 1 a point mass on 2 (draft 3 rejected -> 2)
+    probs = torch.zeros(3, 5)
+    probs[0, 4] = probs[1, 2] = probs[2, 0] = 1.0
+    out = exact_match_verify(torch.tensor([4, 3]), probs)
+    assert (out.accepted, out.bonus, out.committed) == (1, 2, 2)
+    probs[1] = 0
+    probs[1, 3] = 1.0
+    out = exact_match_verify(torch.tensor([4, 3]), probs)
+    assert (out.accepted, out.bonus) == (2, 0)
+
+
+def test_exact_match_verify_frequency():
+    # acceptance of a fixed draft token happens with the target's probability of it (0.3)
+    probs = torch.tensor([[0.3, 0.7], [0.5, 0.5]])
+    g = torch.Generator().manual_seed(0)
+    hits = sum(exact_match_verify(torch.tensor([0]), probs, g).accepted for _ in range(4000))
+    assert abs(hits / 4000 - 0.3) < 0.03
+
+
+def test_block_attention_mask():
+    m = block_attention_mask(torch.tensor([[2, 3]]), 2, 4, causal=True)[0, 0].int().tolist()
+    # rows: block0 pos0, block0 pos1, block1 pos0, block1 pos1; cols: ctx0..3, b0p0, b0p1, b1p0, b1p1
+    assert m == [
+        [1, 1, 0, 0, 1, 0, 0, 0],
+        [1, 1, 0, 0, 1, 1, 0, 0],
+        [1, 1, 1, 0, 0, 0, 1, 0],
+        [1, 1, 1, 0, 0, 0, 1, 1],
+    ]
+    b = block_attention_mask(torch.tensor([[2]]), 2, 2, causal=False)[0, 0].int().tolist()
+    assert b == [[1, 1, 1, 1], [1, 1, 1, 1]]
+
+
+def test_stats():
+    assert accept_length_histogram([0, 2, 2, 5]) == [1, 0, 2, 0, 0, 1]
+    s = GenerationStats()
+    s.record_round(accepted=3, committed=4, drafted=15)
+    s.record_round(accepted=0, committed=1, drafted=15)
+    assert s.tau == 2.5 and s.accept_length_hist == [1, 0, 0, 1]
+    assert GenerationStats().tau is None
+    assert s.merge(s).tau == 2.5 and s.to_dict()["tau"] == 2.5

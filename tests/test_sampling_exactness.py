@@ -1,0 +1,122 @@
+"""Sampled output with a drafter must follow the target's exact distribution (Appendix F.3)."""
+
+import itertools
+
+import pytest
+import torch
+from scipy.stats import chisquare
+from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper
+
+import hf_jetspec.candidate_generator as cg
+from hf_jetspec import JetSpecDrafter
+
+VOCAB = 4
+PROMPT = torch.tensor([[1, 3, 0, 2]])
+NEW = 4  # first token from the prefill, then a round drafts two tokens and verification adds a bonus
+SAMPLES = 2000
+
+
+def small_target():
+    torch.manual_seed(11)
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, bos_token_id=0, eos_token_id=None, pad_token_id=None)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():  # spread the logits so the law is far from uniform
+        model.lm_head.weight.mul_(8.0)
+    return model
+
+
+def sharp_drafter(target):
+    torch.manual_seed(2)
+    drafter = JetSpecDrafter.for_target(target).eval()
+    with torch.no_grad():
+        drafter.norm.weight.mul_(2.0)  # q(d) ~ 0.5-0.8: confident, far from p(d), not one-hot
+    drafter.drafting_config.budget = 3
+    drafter.drafting_config.num_jacobi_passes = 1
+    return drafter
+
+
+def exact_joint(target, processors):
+    """P(x1..xNEW) by enumeration, applying the same logits processors as generate."""
+    law = {}
+    with torch.no_grad():
+        for seq in itertools.product(range(VOCAB), repeat=NEW):
+            ids = PROMPT.clone()
+            prob = 1.0
+            for tok in seq:
+                logits = target(ids).logits[:, -1].float()
+                for proc in processors:
+                    logits = proc(ids, logits)
+                prob *= float(torch.softmax(logits, -1)[0, tok])
+                ids = torch.cat([ids, torch.tensor([[tok]])], dim=1)
+            law[seq] = prob
+    return law
+
+
+def empirical(target, drafter, **gen_kwargs):
+    torch.manual_seed(1234)
+    counts = {}
+    for _ in range(SAMPLES):
+        out = target.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), assistant_model=drafter,
+                              do_sample=True, max_new_tokens=NEW, min_new_tokens=NEW, **gen_kwargs)
+        key = tuple(out[0, PROMPT.shape[1]:].tolist())
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def chi2_pvalue(law, counts):
+    keys = sorted(law, key=law.get, reverse=True)
+    obs, exp, rest_o, rest_e = [], [], 0, 0.0
+    for k in keys:
+        e = law[k] * SAMPLES
+        if e >= 5:
+            obs.append(counts.get(k, 0))
+            exp.append(e)
+        else:
+            rest_o += counts.get(k, 0)
+            rest_e += e
+    obs.append(rest_o)
+    exp.append(rest_e)
+    total = sum(exp)
+    exp = [x * sum(obs) / total for x in exp]
+    return chisquare(obs, exp).pvalue
+
+
+class SoftmaxAsProposal(cg.JetSpecCandidateGenerator):
+    """Deliberately wrong: hands transformers the drafter's softmax as q for argmax tokens."""
+
+    def get_candidates(self, input_ids, **kwargs):
+        candidates, _ = super().get_candidates(input_ids, **kwargs)
+        gamma = candidates.shape[1] - input_ids.shape[1]
+        if gamma == 0:
+            return candidates, None
+        block = torch.cat([input_ids[0, -1:], candidates[0, input_ids.shape[1]:-1]])
+        _, logits = self.drafter.draft_block(self.cache, block, input_ids.shape[1] - 1, return_logits=True)
+        return candidates, logits[None].float()
+
+
+@pytest.fixture(scope="module")
+def target():
+    return small_target()
+
+
+@pytest.mark.parametrize("kwargs", [{"temperature": 1.0, "top_k": 0}, {"temperature": 0.7, "top_k": 3}])
+def test_sampled_joint_matches_exact_law(target, kwargs):
+    drafter = sharp_drafter(target)
+    processors = [TemperatureLogitsWarper(kwargs["temperature"])]
+    if kwargs["top_k"]:
+        processors.append(TopKLogitsWarper(kwargs["top_k"]))
+    law = exact_joint(target, processors)
+    counts = empirical(target, drafter, **kwargs)
+    stats = drafter.generation_stats
+    assert stats.rounds >= 1 and stats.drafted_tokens >= 2  # drafts really were verified
+    assert chi2_pvalue(law, counts) > 1e-3
+
+
+def test_softmax_as_proposal_is_detected(target, monkeypatch):
+    monkeypatch.setattr(cg, "JetSpecCandidateGenerator", SoftmaxAsProposal)
+    drafter = sharp_drafter(target)
+    law = exact_joint(target, [TemperatureLogitsWarper(1.0)])
+    counts = empirical(target, drafter, temperature=1.0, top_k=0)
+    assert chi2_pvalue(law, counts) < 1e-3
