@@ -67,7 +67,7 @@ def test_eos_inside_a_block(trained_llama):
     assert drafter.generation_stats.tau > 1.0  # the stop really happened with drafts in flight
 
 
-def test_stop_strings_and_min_length(trained_llama):
+def test_stopping_criteria_stop_where_plain_decoding_stops(trained_llama):
     target, drafter, prompts = trained_llama
     from transformers import StoppingCriteria, StoppingCriteriaList
 
@@ -78,13 +78,25 @@ def test_stop_strings_and_min_length(trained_llama):
         def __call__(self, input_ids, scores, **kwargs):
             return torch.full((input_ids.shape[0],), input_ids.shape[1] >= self.n, dtype=torch.bool)
 
+    class EndsWith(StoppingCriteria):  # a "stop string" of two tokens that may end inside a block
+        def __init__(self, pair):
+            self.pair = torch.tensor(pair)
+
+        def __call__(self, input_ids, scores, **kwargs):
+            return (input_ids[:, -2:] == self.pair).all(-1)
+
+    drafter.drafting_config.budget = 16
+    drafter.drafting_config.num_jacobi_passes = 1
     ref, out = greedy_pair(target, drafter, prompts[1:2], max_new_tokens=60, min_new_tokens=20)
     assert torch.equal(ref, out)
-    # custom criteria are checked after each round, as in transformers' own assisted decoding:
-    # the output is a prefix-exact continuation of the target's greedy output
-    full = target.generate(prompts[1:2], do_sample=False, max_new_tokens=60)
-    out = target.generate(prompts[1:2], assistant_model=drafter, do_sample=False, max_new_tokens=60, stopping_criteria=StoppingCriteriaList([StopAfter(30)]))
-    assert out.shape[1] >= 30 and torch.equal(out[0], full[0, : out.shape[1]])
+    for p in range(4):
+        prompt = prompts[p : p + 1]
+        free = target.generate(prompt, do_sample=False, max_new_tokens=60)[0, 8:]
+        pair = free[12:14].tolist()
+        for criteria in (StopAfter(30), EndsWith(pair)):
+            ref, out = greedy_pair(target, drafter, prompt, max_new_tokens=60, stopping_criteria=StoppingCriteriaList([criteria]))
+            assert torch.equal(ref, out)
+    assert drafter.generation_stats.tau > 1.5  # blocks were in flight when the criteria fired
 
 
 def test_repetition_penalty_processor_is_respected():
@@ -122,3 +134,8 @@ def test_real_smollm2_random_drafter_is_exact(smollm2):
         out = model.generate(**enc, assistant_model=drafter, do_sample=False, max_new_tokens=40)
         assert torch.equal(ref, out), text
         assert drafter.generation_stats.rounds > 0
+    enc = tok.apply_chat_template([{"role": "user", "content": "Count from 1 to 30, separated by commas."}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    kwargs = dict(do_sample=False, max_new_tokens=60, stop_strings=["5. 5"], tokenizer=tok)
+    ref = model.generate(**enc, **kwargs)
+    out = model.generate(**enc, assistant_model=drafter, **kwargs)
+    assert torch.equal(ref, out) and tok.decode(out[0]).endswith("5. 5")

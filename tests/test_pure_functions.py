@@ -6,6 +6,7 @@ from hf_jetspec import default_target_layer_ids
 from hf_jetspec.configuration_drafter import rope_theta_of
 from hf_jetspec.jacobi import initial_block_inputs, jacobi_refine, refined_block_inputs, sample_noise_tokens
 from hf_jetspec.modeling_drafter import block_attention_mask
+from hf_jetspec.stopping import first_stop_length, truncate_generate_output
 from hf_jetspec.stats import GenerationStats, accept_length_histogram
 from hf_jetspec.verify import exact_match_verify, greedy_accept_length, point_mass_accept_probability, rejection_accept_probability
 
@@ -114,3 +115,12 @@ def test_stats():
     assert s.tau == 2.5 and s.accept_length_hist == [1, 0, 0, 1]
     assert GenerationStats().tau is None
     assert s.merge(s).tau == 2.5 and s.to_dict()["tau"] == 2.5
+
+
+def test_first_stop_length():
+    seq = torch.tensor([[9, 9, 1, 2, 3, 4, 5]])
+    ends_with_3 = lambda ids, scores: ids[:, -1] == 3  # noqa: E731
+    assert first_stop_length(seq, 2, ends_with_3) == 5
+    assert first_stop_length(seq, 2, lambda ids, scores: ids[:, -1] == 7) == 7  # never fires: keep all
+    assert first_stop_length(seq, 5, ends_with_3) == 7  # only lengths after the prompt count
+    assert truncate_generate_output(seq, 5, 2).tolist() == [[9, 9, 1, 2, 3]]

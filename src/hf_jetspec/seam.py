@@ -1,17 +1,21 @@
 """The one seam between hf_jetspec and transformers' private generation code.
 
 transformers 5.24 picks a ``CandidateGenerator`` inside ``GenerationMixin._get_candidate_generator``
-from a fixed list of conditions and offers no public hook. This module wraps that method (and
-``_validate_generation_mode``, to give JetSpec-specific errors before generic ones) with a dispatch
+from a fixed list of conditions and offers no public hook. This module wraps that method with a dispatch
 on the assistant's class: a :class:`~hf_jetspec.JetSpecDrafter` gets a
 :class:`~hf_jetspec.candidate_generator.JetSpecCandidateGenerator`; every other call goes to the
-original method unchanged. :func:`install` runs on ``import hf_jetspec``; :func:`uninstall`
+original method unchanged. Two more private methods are wrapped with the same dispatch and nothing
+else: ``_validate_generation_mode`` (JetSpec-specific errors before generic ones) and
+``_assisted_decoding`` (the output is cut at the first token where a stopping criterion fires, as
+plain decoding would stop; see :mod:`hf_jetspec.stopping`). :func:`install` runs on ``import hf_jetspec``; :func:`uninstall`
 restores the originals.
 """
 
 from __future__ import annotations
 
 import functools
+
+import torch
 
 from transformers.generation.utils import GenerationMixin, GenerationMode
 
@@ -56,9 +60,26 @@ def _wrap_validate_generation_mode(original):
     return _validate_generation_mode
 
 
+def _wrap_assisted_decoding(original):
+    @functools.wraps(original)
+    def _assisted_decoding(self, input_ids, *args, **kwargs):
+        result = original(self, input_ids, *args, **kwargs)
+        criteria = kwargs.get("stopping_criteria")
+        if not _is_drafter(kwargs.get("assistant_model")) or criteria is None:
+            return result
+        from .stopping import first_stop_length, truncate_generate_output
+
+        sequences = result if isinstance(result, torch.Tensor) else result.sequences
+        keep = first_stop_length(sequences, input_ids.shape[1], criteria)
+        return result if keep == sequences.shape[1] else truncate_generate_output(result, keep, input_ids.shape[1])
+
+    return _assisted_decoding
+
+
 _WRAPPERS = {
     "_get_candidate_generator": _wrap_get_candidate_generator,
     "_validate_generation_mode": _wrap_validate_generation_mode,
+    "_assisted_decoding": _wrap_assisted_decoding,
 }
 
 
