@@ -251,3 +251,13 @@ def test_antiberty_speculative_with_truncated_draft(antiberty):
     assert out.shape == (2, 24) and not bool((out == tok.mask_token_id).any())
     assert set(out.flatten().tolist()) <= set(range(5, 25))
     assert stats.target_calls < 2 * 24 and stats.accepted > 0  # fewer sequential target calls than events
+
+
+def test_stats_merge():
+    from hf_jetspec.ctmc import CTMCStats
+
+    a = CTMCStats(samples=1, events=3, rounds=2, target_calls=2, accepted_prefix_hist=[1, 1])
+    b = CTMCStats(samples=1, events=2, rounds=1, target_calls=1, accepted_prefix_hist=[0, 0, 1])
+    m = a.merge(b)
+    assert (m.samples, m.events, m.rounds, m.target_calls, m.accepted_prefix_hist) == (2, 5, 3, 3, [1, 1, 1])
+    assert m.events_per_call == 5 / 3

@@ -14,21 +14,6 @@ DEMO_PROMPTS = [
 ]
 
 
-def load_drafter_for(target, target_name: str, drafter_path: str | None):
-    """The drafter to use: ``drafter_path``, else the one shipped for ``target_name``, else a random one.
-
-    Returns ``(drafter, description)``; the description says plainly when the drafter is untrained.
-    """
-    from .modeling_drafter import JetSpecDrafter
-    from .targets import companion_drafter_path
-
-    path = drafter_path or companion_drafter_path(target_name)
-    if path is not None:
-        return JetSpecDrafter.from_pretrained(str(path)).to(target.device).eval(), f"drafter {path}"
-    drafter = JetSpecDrafter.for_target(target).eval()
-    return drafter, "RANDOM-INIT drafter (no trained drafter is shipped for this target yet: expect tau ~1 and no speedup)"
-
-
 def _chat_inputs(tokenizer, text: str):
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
@@ -38,7 +23,7 @@ def _chat_inputs(tokenizer, text: str):
 def cmd_demo(args) -> int:
     import torch
 
-    from .targets import load_target
+    from .targets import load_drafter_for, load_target
 
     torch.manual_seed(0)
     print(f"loading target {args.target} ...", flush=True)
@@ -82,6 +67,35 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from .bench import BenchConfig, markdown_table, run_bench
+
+    config = BenchConfig(
+        target=args.target,
+        prompts=args.prompts,
+        limit=args.limit,
+        offset=args.offset,
+        max_new_tokens=args.max_new_tokens,
+        methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()),
+        drafter=args.drafter,
+        assistant=args.assistant,
+        temperature=args.temperature,
+        jacobi_passes=args.jacobi_passes,
+        budget=args.budget,
+        prompt_lookup_tokens=args.prompt_lookup_tokens,
+        seed=args.seed,
+        output=args.output,
+    )
+    result = run_bench(config)
+    print(markdown_table(result))
+    jet = result["methods"].get("jetspec")
+    if jet is not None:
+        print(f"jetspec: {jet['drafter']}")
+    if args.output:
+        print(f"saved {args.output} and {args.output.rsplit('.', 1)[0]}.png")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-jetspec", description="Lossless speculative decoding for transformers.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -93,6 +107,23 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--budget", type=int, default=None)
     demo.add_argument("--jacobi-passes", type=int, default=None)
     demo.set_defaults(func=cmd_demo)
+
+    bench = sub.add_parser("bench", help="methods side by side on the same prompts, interleaved, saved as JSON + plot")
+    bench.add_argument("--target", default="smollm2-135m")
+    bench.add_argument("--drafter", default=None, help="drafter folder or Hub id (default: the one shipped for the target)")
+    bench.add_argument("--prompts", default="gsm8k", help="gsm8k | humaneval | mt-bench | aime25 | FILE.jsonl")
+    bench.add_argument("--limit", type=int, default=20)
+    bench.add_argument("--offset", type=int, default=0, help="skip this many prompts of the fixed shuffle first")
+    bench.add_argument("--max-new-tokens", type=int, default=256)
+    bench.add_argument("--methods", default="ar,prompt-lookup,jetspec", help="comma list of ar, prompt-lookup, jetspec, assisted")
+    bench.add_argument("--assistant", default=None, help="assistant model for 'assisted' (default: the 0.5B model for qwen2.5-coder-1.5b)")
+    bench.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    bench.add_argument("--jacobi-passes", type=int, default=None)
+    bench.add_argument("--budget", type=int, default=None)
+    bench.add_argument("--prompt-lookup-tokens", type=int, default=10)
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--output", default=None, help="OUT.json (a plot OUT.png is saved beside it)")
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -323,7 +323,6 @@ class JetSpecDrafter(PreTrainedModel):
         anchor_positions: torch.Tensor,
         noise_mask: torch.Tensor | None = None,
         return_hidden_states: bool = False,
-        **kwargs,
     ) -> JetSpecDrafterOutput:
         """Draft many blocks of one sequence batch in one pass (the training view).
 

@@ -239,3 +239,17 @@ def companion_drafter_path(name_or_path: str) -> Path | None:
         if (folder / "config.json").is_file():
             return folder
     return None
+
+
+def load_drafter_for(target, target_name: str, drafter_path: str | None):
+    """The drafter to use: ``drafter_path``, else the one shipped for ``target_name``, else a random one.
+
+    Returns ``(drafter, description)``; the description says plainly when the drafter is untrained.
+    """
+    from .modeling_drafter import JetSpecDrafter
+
+    path = drafter_path or companion_drafter_path(target_name)
+    if path is not None:
+        return JetSpecDrafter.from_pretrained(str(path)).to(target.device).eval(), f"drafter {path}"
+    drafter = JetSpecDrafter.for_target(target).eval()
+    return drafter, "RANDOM-INIT drafter (no trained drafter is shipped for this target yet: expect tau ~1 and no speedup)"

@@ -55,6 +55,16 @@ class CTMCStats:
             self.accepted_prefix_hist.append(0)
         self.accepted_prefix_hist[k] += 1
 
+    def merge(self, other: "CTMCStats") -> "CTMCStats":
+        """Sum of two stats (e.g. over separate runs)."""
+        n = max(len(self.accepted_prefix_hist), len(other.accepted_prefix_hist))
+        pad = lambda h: h + [0] * (n - len(h))  # noqa: E731
+        counts = {f: getattr(self, f) + getattr(other, f) for f in (
+            "samples", "events", "rounds", "target_calls", "draft_calls", "evaluated_rows",
+            "proposed", "accepted", "corrections", "completions")}
+        hist = [a + b for a, b in zip(pad(self.accepted_prefix_hist), pad(other.accepted_prefix_hist))]
+        return CTMCStats(**counts, accepted_prefix_hist=hist)
+
     @property
     def acceptance_rate(self) -> float | None:
         return self.accepted / self.proposed if self.proposed else None

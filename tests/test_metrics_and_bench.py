@@ -1,0 +1,42 @@
+"""evaluate metric modules on hand-made inputs; the bench JSON schema on a tiny run."""
+
+import json
+
+import evaluate
+import pytest
+
+from hf_jetspec import metrics
+
+
+def test_metrics_load_offline_and_compute():
+    acc = metrics.load("acceptance_length")
+    out = acc.compute(committed_tokens=[10, 5], rounds=[4, 1], accepted_lengths=[[0, 2, 3, 1], [4]])
+    assert out == {"tau": 3.0, "rounds": 5, "committed_tokens": 15, "accept_length_hist": [1, 1, 1, 1, 1]}
+    sp = evaluate.load(metrics.path("speedup")).compute(tokens=[100, 50], seconds=[2.0, 1.0], baseline_tokens=[100, 50], baseline_seconds=[4.0, 2.0])
+    assert sp["speedup"] == pytest.approx(2.0) and sp["tokens_per_s"] == pytest.approx(50.0)
+    em = metrics.load("exact_match").compute(predictions=[[1, 2], [3], [5, 6]], references=[[1, 2], [4], [5]])
+    assert em["exact_match"] == pytest.approx(1 / 3) and em["mismatches"] == [1, 2]
+    with pytest.raises(ValueError, match="unknown metric"):
+        metrics.path("bleu")
+
+
+@pytest.mark.slow
+def test_bench_schema(tmp_path):
+    from hf_jetspec.bench import BenchConfig, markdown_table, run_bench
+
+    out = tmp_path / "r.json"
+    cfg = BenchConfig(prompts="mt-bench", limit=1, max_new_tokens=8, methods=("ar", "prompt-lookup", "jetspec"), warmup_tokens=4, output=str(out))
+    result = run_bench(cfg, progress=False)
+    saved = json.loads(out.read_text())
+    assert saved["methods"].keys() == {"ar", "prompt-lookup", "jetspec"} and (tmp_path / "r.png").is_file()
+    keys = {"tokens_per_s", "tau", "speedup_vs_ar", "exact_match_vs_ar", "rounds", "accept_length_hist", "draft_time_s", "verify_time_s", "peak_memory_mb"}
+    for name, m in saved["methods"].items():
+        assert keys <= m.keys(), name
+        assert m["exact_match_vs_ar"] == 1.0  # greedy: every method reproduces AR
+    assert saved["methods"]["ar"]["tau"] is None and saved["methods"]["jetspec"]["tau"] >= 1.0
+    assert saved["methods"]["jetspec"]["draft_time_s"] > 0
+    assert saved["config"]["num_items"] == 2  # both MT-Bench turns
+    assert {"torch", "transformers", "device", "threads"} <= saved["environment"].keys()
+    assert "| jetspec |" in markdown_table(result)
+    with pytest.raises(ValueError, match="unknown method"):
+        BenchConfig(methods=("ar", "medusa"))
