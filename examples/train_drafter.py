@@ -32,6 +32,7 @@ def main() -> None:
     ap.add_argument("--attention", default="causal", choices=["causal", "bidirectional"])
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--init-layers-from-target", action="store_true")
+    ap.add_argument("--init-from", default=None, help="start from a trained drafter folder (e.g. an earlier run's final/)")
     ap.add_argument("--draft-vocab-size", type=int, default=None, help="restrict the draft head to the first N token ids")
     ap.add_argument("--num-sequences", type=int, default=4000)
     ap.add_argument("--seq-len", type=int, default=384)
@@ -63,7 +64,11 @@ def main() -> None:
         overrides["block_inputs"] = "mask"
     if args.draft_vocab_size:
         overrides["draft_vocab_size"] = args.draft_vocab_size
-    drafter = JetSpecDrafter.for_target(target, init_layers_from_target=args.init_layers_from_target, **overrides)
+    if args.init_from:
+        drafter = JetSpecDrafter.from_pretrained(args.init_from, dtype=torch.float32)
+        drafter.attach_target(target)
+    else:
+        drafter = JetSpecDrafter.for_target(target, init_layers_from_target=args.init_layers_from_target, **overrides)
 
     targs = JetSpecTrainingArguments(
         output_dir=args.output_dir,

@@ -5,7 +5,7 @@ import torch
 from hf_jetspec import default_target_layer_ids
 from hf_jetspec.configuration_drafter import rope_theta_of
 from hf_jetspec.jacobi import initial_block_inputs, jacobi_refine, refined_block_inputs, sample_noise_tokens
-from hf_jetspec.modeling_drafter import block_attention_mask
+from hf_jetspec.modeling_drafter import block_attention_mask, context_visibility
 from hf_jetspec.stopping import first_stop_length, truncate_generate_output
 from hf_jetspec.stats import GenerationStats, accept_length_histogram
 from hf_jetspec.verify import exact_match_verify, greedy_accept_length, point_mass_accept_probability, rejection_accept_probability
@@ -95,7 +95,7 @@ def test_exact_match_verify_frequency():
 
 
 def test_block_attention_mask():
-    m = block_attention_mask(torch.tensor([[2, 3]]), 2, 4, causal=True)[0, 0].int().tolist()
+    m = block_attention_mask(context_visibility(torch.tensor([[2, 3]]), 4), 2, causal=True)[0, 0].int().tolist()
     # rows: block0 pos0, block0 pos1, block1 pos0, block1 pos1; cols: ctx0..3, b0p0, b0p1, b1p0, b1p1
     assert m == [
         [1, 1, 0, 0, 1, 0, 0, 0],
@@ -103,7 +103,7 @@ def test_block_attention_mask():
         [1, 1, 1, 0, 0, 0, 1, 0],
         [1, 1, 1, 0, 0, 0, 1, 1],
     ]
-    b = block_attention_mask(torch.tensor([[2]]), 2, 2, causal=False)[0, 0].int().tolist()
+    b = block_attention_mask(context_visibility(torch.tensor([[2]]), 2), 2, causal=False)[0, 0].int().tolist()
     assert b == [[1, 1, 1, 1], [1, 1, 1, 1]]
 
 

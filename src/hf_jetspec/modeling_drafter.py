@@ -45,27 +45,29 @@ def target_decoder_layers(target) -> nn.ModuleList:
     return layers
 
 
-def block_attention_mask(
-    anchor_positions: torch.Tensor, block_len: int, context_len: int, causal: bool
-) -> torch.Tensor:
+def context_visibility(anchor_positions: torch.Tensor, context_len: int) -> torch.Tensor:
+    """Default context visibility [B, nb, C]: block ``b`` sees the sequence positions before its anchor."""
+    ctx = torch.arange(context_len, device=anchor_positions.device)
+    return ctx[None, None, :] < anchor_positions[:, :, None]
+
+
+def block_attention_mask(ctx_visible: torch.Tensor, block_len: int, causal: bool) -> torch.Tensor:
     """Boolean attention mask of packed blocks against a shared context.
 
-    ``anchor_positions`` [B, nb] gives the position of each block's anchor; block ``b`` sees the
-    context positions ``< anchor_positions[b]`` and, inside itself, the positions up to its own
+    ``ctx_visible`` [B, nb, C] says which context rows each block sees (see
+    :func:`context_visibility`); inside itself a block sees the positions up to its own
     (``causal``) or the whole block (bidirectional). Blocks never see each other.
-    Returns [B, 1, nb * block_len, context_len + nb * block_len].
+    Returns [B, 1, nb * block_len, C + nb * block_len].
     """
-    bsz, nb = anchor_positions.shape
-    device = anchor_positions.device
-    ctx = torch.arange(context_len, device=device)
-    ctx_visible = ctx[None, None, :] < anchor_positions[:, :, None]  # [B, nb, C]
-    ctx_visible = ctx_visible[:, :, None, :].expand(bsz, nb, block_len, context_len)
+    bsz, nb, context_len = ctx_visible.shape
+    device = ctx_visible.device
+    ctx = ctx_visible[:, :, None, :].expand(bsz, nb, block_len, context_len)
     i = torch.arange(block_len, device=device)
     inner = (i[None, :] <= i[:, None]) if causal else torch.ones(block_len, block_len, dtype=torch.bool, device=device)
     same_block = torch.eye(nb, dtype=torch.bool, device=device)
     blk = same_block[:, None, :, None] & inner[None, :, None, :]  # [nb, L, nb, L]
     blk = blk.reshape(nb, block_len, nb * block_len)[None].expand(bsz, nb, block_len, nb * block_len)
-    mask = torch.cat([ctx_visible, blk], dim=-1)
+    mask = torch.cat([ctx, blk], dim=-1)
     return mask.reshape(bsz, 1, nb * block_len, context_len + nb * block_len)
 
 
@@ -322,18 +324,24 @@ class JetSpecDrafter(PreTrainedModel):
         block_input_ids: torch.Tensor,
         anchor_positions: torch.Tensor,
         noise_mask: torch.Tensor | None = None,
+        context_positions: torch.Tensor | None = None,
+        context_visible: torch.Tensor | None = None,
         return_hidden_states: bool = False,
     ) -> JetSpecDrafterOutput:
         """Draft many blocks of one sequence batch in one pass (the training view).
 
         Args:
-            context_states: [B, T, n_read * H_target] target states at the read layers; row j is
-                sequence position j.
+            context_states: [B, C, n_read * H_target] target states at the read layers.
             block_input_ids: [B, nb, gamma] block inputs; index 0 of each block is its anchor.
             anchor_positions: [B, nb] sequence position of each anchor; block ``b`` sees the context
                 positions before its anchor.
             noise_mask: [B, nb, gamma] positions that hold noise (replaced by the mask embedding
                 for ``block_inputs="mask"`` drafters).
+            context_positions: [B, C] sequence positions of the context rows (default: row j is
+                position j).
+            context_visible: [B, nb, C] which context rows each block sees (default: the rows at
+                positions before its anchor). Lets blocks read extra rows, e.g. the states of a
+                target rollout for in-rollout anchors.
         Returns:
             :class:`JetSpecDrafterOutput` with logits [B, nb, gamma, V_draft]; output i of a block
             predicts the token at block index i + 1.
@@ -341,11 +349,15 @@ class JetSpecDrafter(PreTrainedModel):
         bsz, nb, gamma = block_input_ids.shape
         t = context_states.shape[1]
         ctx = self.project_context(context_states)
-        ctx_cos, ctx_sin = self._rotary(torch.arange(t, device=self.device)[None].expand(bsz, t))
+        if context_positions is None:
+            context_positions = torch.arange(t, device=self.device)[None].expand(bsz, t)
+        if context_visible is None:
+            context_visible = context_visibility(anchor_positions.to(self.device), t)
+        ctx_cos, ctx_sin = self._rotary(context_positions.to(self.device))
         x = self.embed_block(block_input_ids.reshape(bsz, nb * gamma), None if noise_mask is None else noise_mask.reshape(bsz, nb * gamma))
         positions = (anchor_positions[:, :, None] + torch.arange(gamma, device=anchor_positions.device)).reshape(bsz, nb * gamma)
         cos, sin = self._rotary(positions.to(self.device))
-        mask = block_attention_mask(anchor_positions.to(self.device), gamma, t, self.config.attention == "causal")
+        mask = block_attention_mask(context_visible.to(self.device), gamma, self.config.attention == "causal")
         for layer in self.layers:
             kv = layer.context_kv(ctx, ctx_cos, ctx_sin)
             x = layer(x, cos, sin, mask, kv)

@@ -57,23 +57,38 @@ def build_block_inputs(
     gamma: int,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Block inputs [B, nb, gamma] and their noise mask.
+    """Block inputs [B, nb, gamma] and their noise mask, the true tokens read from the sequence.
 
     Index 0 is the anchor token; indices 1..m hold the true tokens; later indices hold noise drawn
-    uniformly from the sequence's tokens before the anchor (the anchor itself if it is at 0).
-    ``clean_lengths`` is [nb] or [B, nb].
+    uniformly from the sequence's tokens before the anchor. ``clean_lengths`` is [nb] or [B, nb].
     """
     bsz, nb = anchors.shape
-    idx = anchors[..., None] + torch.arange(gamma)  # [B, nb, gamma]
-    idx = idx.clamp(max=sequences.shape[1] - 1)
+    idx = (anchors[..., None] + torch.arange(gamma)).clamp(max=sequences.shape[1] - 1)
     true = torch.gather(sequences[:, None, :].expand(bsz, nb, -1), 2, idx)
+    return noisy_block_inputs(true, sequences, anchors, clean_lengths, generator)
+
+
+def noisy_block_inputs(
+    true_tokens: torch.Tensor,
+    sequences: torch.Tensor,
+    noise_limits: torch.Tensor,
+    clean_lengths: torch.Tensor,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keep the anchor and the first m true tokens of each block; replace the rest by noise.
+
+    ``true_tokens`` [B, nb, gamma] (e.g. corpus tokens, or a target rollout under ALR); noise
+    tokens are drawn uniformly from ``sequences[b, :noise_limits[b, j]]`` (the context before the
+    block; at least position 0). Returns ``(inputs, noise_mask)``.
+    """
+    bsz, nb, gamma = true_tokens.shape
     m = clean_lengths if clean_lengths.dim() == 2 else clean_lengths[None].expand(bsz, nb)
     noise_mask = torch.arange(gamma)[None, None, :] > m[..., None]
-    span = torch.clamp(anchors, min=1).to(torch.float64)  # draw from positions [0, anchor)
+    span = torch.clamp(noise_limits, min=1).to(torch.float64)
     u = torch.rand(bsz, nb, gamma, generator=generator, dtype=torch.float64)
-    noise_idx = torch.floor(u * span[..., None]).long()
+    noise_idx = torch.floor(u * span[..., None]).long().clamp(max=sequences.shape[1] - 1)
     noise = torch.gather(sequences[:, None, :].expand(bsz, nb, -1), 2, noise_idx)
-    return torch.where(noise_mask, noise, true), noise_mask
+    return torch.where(noise_mask, noise, true_tokens), noise_mask
 
 
 def leading_matches(pred: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:

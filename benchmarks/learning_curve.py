@@ -1,0 +1,67 @@
+"""Acceptance length (tau) of saved training checkpoints on held-out prompts: the learning curve.
+
+    python benchmarks/learning_curve.py --checkpoints runs/curve --prompts gsm8k --limit 8 \
+        --max-new-tokens 128 --output benchmarks/results/learning_curve.json
+
+tau needs no timing, so this can run on a busy machine; tokens seen per step come from the run's
+training arguments (batch size x sequence length).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import torch
+
+from hf_jetspec import JetSpecDrafter, load_target
+from hf_jetspec.bench import build_items
+from hf_jetspec.data import load_eval_prompts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--checkpoints", required=True, help="folder of checkpoint-N drafter folders")
+    ap.add_argument("--target", default="smollm2-135m")
+    ap.add_argument("--prompts", default="gsm8k")
+    ap.add_argument("--limit", type=int, default=8)
+    ap.add_argument("--offset", type=int, default=0)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--jacobi-passes", default="0,1")
+    ap.add_argument("--budget", type=int, default=16)
+    ap.add_argument("--output", required=True)
+    args = ap.parse_args()
+
+    target, tok = load_target(args.target)
+    items = build_items(tok, target, load_eval_prompts(args.prompts, limit=args.limit, offset=args.offset), args.max_new_tokens)
+    refs = {}
+    rows = []
+    folders = sorted(Path(args.checkpoints).glob("checkpoint-*"), key=lambda p: int(re.findall(r"\d+", p.name)[-1]))
+    for folder in folders:
+        step = int(re.findall(r"\d+", folder.name)[-1])
+        drafter = JetSpecDrafter.from_pretrained(str(folder), dtype=torch.float32).eval()
+        row = {"step": step, "checkpoint": str(folder)}
+        for j in [int(x) for x in args.jacobi_passes.split(",")]:
+            drafter.drafting_config = drafter.drafting_config.replace(num_jacobi_passes=j, budget=args.budget)
+            committed = rounds = 0
+            exact = True
+            for item_id, ids in items:
+                mask = torch.ones_like(ids)
+                out = target.generate(ids, attention_mask=mask, assistant_model=drafter, do_sample=False, max_new_tokens=args.max_new_tokens)
+                if item_id not in refs:
+                    refs[item_id] = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=args.max_new_tokens)
+                exact &= torch.equal(out, refs[item_id])
+                committed += drafter.generation_stats.committed_tokens
+                rounds += drafter.generation_stats.rounds
+            row[f"tau_J{j}"] = committed / rounds
+            row[f"exact_J{j}"] = exact
+        rows.append(row)
+        print(row, flush=True)
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps({"config": vars(args), "curve": rows}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

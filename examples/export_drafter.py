@@ -1,0 +1,149 @@
+"""Export a trained drafter as a Hub-ready folder: fp16 safetensors, drafting options, model card.
+
+    python examples/export_drafter.py --checkpoint runs/smollm2-corpus-jacobi/final \
+        --output hub_cards/jetspec-smollm2-135m --bench benchmarks/results/smollm2_gsm8k.json \
+        --command "python examples/train_drafter.py ..."
+
+The card records the training data, recipe and command, and the acceptance length measured by
+`hf-jetspec bench` (read from the given bench JSON files).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from hf_jetspec import JetSpecDrafter
+
+CARD = """---
+library_name: hf_jetspec
+base_model: {base_model}
+license: apache-2.0
+tags:
+- speculative-decoding
+- jetspec
+- drafter
+datasets:
+- anon8231489123/ShareGPT_Vicuna_unfiltered
+---
+
+# {name}
+
+A JetSpec++ causal parallel block drafter for **{base_model}**, for lossless speculative decoding
+with hf_jetspec. It reads the target's hidden states at
+layers {layers}, drafts a whole block in one forward pass, and refines it with Jacobi passes. The
+target verifies every block, so the output is exactly the target's own (token for token under
+greedy decoding, the same distribution under sampling), whatever the drafter predicts.
+
+```python
+from hf_jetspec import JetSpecDrafter, load_target
+
+target, tokenizer = load_target("{target_name}")
+drafter = JetSpecDrafter.from_pretrained("{repo_id}")
+out = target.generate(input_ids, assistant_model=drafter, max_new_tokens=256, do_sample=False)
+```
+
+The drafter shares the target's embeddings and LM head: they are not in this checkpoint
+({size_mb:.1f} MB of {dtype} weights, {params:.1f}M parameters).
+
+## Architecture
+
+| field | value |
+| --- | --- |
+| drafter layers | {num_layers} (hidden {hidden}, {heads} heads, {kv_heads} KV heads) |
+| attention inside the block | {attention} |
+| block inputs | {block_inputs} |
+| read target layers | {layers} |
+| training block size | {block_size} (anchor + {slots} slots) |
+| default drafting options | {drafting} |
+
+## Training
+
+{training}
+
+Reproduce with:
+
+```bash
+{command}
+python examples/export_drafter.py --checkpoint <run>/final --output hub_cards/{name}
+```
+
+## Measured acceptance
+
+{measured}
+
+Measured with `hf-jetspec bench` (greedy, prompts not used in training); see `benchmarks/README.md`
+of the repository for the full tables, commands and hardware.
+"""
+
+
+def measured_table(paths: list[str]) -> str:
+    if not paths:
+        return "Not measured yet."
+    rows = ["| prompts | items | new tokens | budget | J | tau | speedup vs AR | exact vs AR |", "|---|---|---|---|---|---|---|---|"]
+    for p in paths:
+        r = json.loads(Path(p).read_text())
+        m = r["methods"]["jetspec"]
+        c = r["config"]
+        dc = m.get("drafting_config", {})
+        rows.append(
+            f"| {c['prompts']} | {c['num_items']} | {c['max_new_tokens']} | {dc.get('budget')} | {dc.get('num_jacobi_passes')} | "
+            f"{m['tau']:.2f} | {m['speedup_vs_ar']:.2f}x | {m['exact_match_vs_ar']} |"
+        )
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--output", required=True)
+    ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
+    ap.add_argument("--target-name", default="smollm2-135m")
+    ap.add_argument("--repo-id", default=None, help="Hub id used in the card's snippet (default: the folder name)")
+    ap.add_argument("--training", default="", help="markdown paragraph describing data and recipe")
+    ap.add_argument("--command", default="", help="the training command")
+    ap.add_argument("--bench", nargs="*", default=[], help="bench JSON files with a jetspec entry")
+    ap.add_argument("--budget", type=int, default=None)
+    ap.add_argument("--jacobi-passes", type=int, default=None)
+    args = ap.parse_args()
+
+    drafter = JetSpecDrafter.from_pretrained(args.checkpoint, dtype=torch.float32)
+    changes = {k: v for k, v in {"budget": args.budget, "num_jacobi_passes": args.jacobi_passes}.items() if v is not None}
+    drafter.drafting_config = drafter.drafting_config.replace(**changes)
+    drafter = drafter.to(getattr(torch, args.dtype))
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    drafter.save_pretrained(out)
+    cfg = drafter.config
+    size = (out / "model.safetensors").stat().st_size / 2**20
+    card = CARD.format(
+        name=out.name,
+        base_model=cfg.target_name_or_path,
+        target_name=args.target_name,
+        repo_id=args.repo_id or out.name,
+        layers=cfg.target_layer_ids,
+        size_mb=size,
+        dtype=args.dtype,
+        params=sum(p.numel() for p in drafter.parameters()) / 1e6,
+        num_layers=cfg.num_hidden_layers,
+        hidden=cfg.hidden_size,
+        heads=cfg.num_attention_heads,
+        kv_heads=cfg.num_key_value_heads,
+        attention=cfg.attention,
+        block_inputs=cfg.block_inputs,
+        block_size=cfg.block_size,
+        slots=cfg.block_size - 1,
+        drafting=drafter.drafting_config,
+        training=args.training or "(not described)",
+        command=args.command or "(not recorded)",
+        measured=measured_table(args.bench),
+    )
+    (out / "README.md").write_text(card)
+    print(f"wrote {out} ({size:.1f} MB)")
+
+
+if __name__ == "__main__":
+    main()
