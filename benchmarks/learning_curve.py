@@ -1,7 +1,7 @@
 """Acceptance length (tau) of saved training checkpoints on held-out prompts: the learning curve.
 
-    python benchmarks/learning_curve.py --checkpoints runs/curve --prompts gsm8k --limit 8 \
-        --max-new-tokens 128 --output benchmarks/results/learning_curve.json
+    python benchmarks/learning_curve.py --checkpoints runs/smollm2-corpus-jacobi --steps 100,200,300,400 \
+        --prompts gsm8k --limit 6 --offset 200 --max-new-tokens 128 --output benchmarks/results/learning_curve.json
 
 tau needs no timing, so this can run on a busy machine; tokens seen per step come from the run's
 training arguments (batch size x sequence length).
@@ -31,6 +31,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--jacobi-passes", default="0,1")
     ap.add_argument("--budget", type=int, default=16)
+    ap.add_argument("--steps", default=None, help="comma list of checkpoint steps to evaluate (default: all)")
     ap.add_argument("--output", required=True)
     args = ap.parse_args()
 
@@ -39,6 +40,9 @@ def main() -> None:
     refs = {}
     rows = []
     folders = sorted(Path(args.checkpoints).glob("checkpoint-*"), key=lambda p: int(re.findall(r"\d+", p.name)[-1]))
+    if args.steps:
+        wanted = {int(x) for x in args.steps.split(",")}
+        folders = [f for f in folders if int(re.findall(r"\d+", f.name)[-1]) in wanted]
     for folder in folders:
         step = int(re.findall(r"\d+", folder.name)[-1])
         drafter = JetSpecDrafter.from_pretrained(str(folder), dtype=torch.float32).eval()

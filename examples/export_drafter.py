@@ -58,6 +58,7 @@ The drafter shares the target's embeddings and LM head: they are not in this che
 | block inputs | {block_inputs} |
 | read target layers | {layers} |
 | training block size | {block_size} (anchor + {slots} slots) |
+| draft vocabulary | {draft_vocab} |
 | default drafting options | {drafting} |
 
 ## Training
@@ -68,7 +69,7 @@ Reproduce with:
 
 ```bash
 {command}
-python examples/export_drafter.py --checkpoint <run>/final --output hub_cards/{name}
+{export_command}
 ```
 
 ## Measured acceptance
@@ -96,6 +97,25 @@ def measured_table(paths: list[str]) -> str:
     return "\n".join(rows)
 
 
+def sharegpt_top_tokens(target_name: str, n: int, chats: int = 3000) -> list[int]:
+    """The ``n`` most frequent token ids of the first ``chats`` ShareGPT responses."""
+    import collections
+
+    from transformers import AutoTokenizer
+
+    from hf_jetspec.data import sharegpt_chats
+    from hf_jetspec.targets import converted_folder, resolve_embedded
+
+    spec = resolve_embedded(target_name)
+    tok = AutoTokenizer.from_pretrained(str(converted_folder(spec)) if spec else target_name)
+    counts = collections.Counter()
+    for i, chat in enumerate(sharegpt_chats()):
+        if i >= chats:
+            break
+        counts.update(tok(chat[1]["content"])["input_ids"])
+    return [t for t, _ in counts.most_common(n)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint", required=True)
@@ -108,11 +128,15 @@ def main() -> None:
     ap.add_argument("--bench", nargs="*", default=[], help="bench JSON files with a jetspec entry")
     ap.add_argument("--budget", type=int, default=None)
     ap.add_argument("--jacobi-passes", type=int, default=None)
+    ap.add_argument("--draft-vocab-from-sharegpt", type=int, default=None, metavar="N",
+                    help="restrict drafting to the N most frequent tokens of the first 3000 ShareGPT responses")
     args = ap.parse_args()
 
     drafter = JetSpecDrafter.from_pretrained(args.checkpoint, dtype=torch.float32)
     changes = {k: v for k, v in {"budget": args.budget, "num_jacobi_passes": args.jacobi_passes}.items() if v is not None}
     drafter.drafting_config = drafter.drafting_config.replace(**changes)
+    if args.draft_vocab_from_sharegpt:
+        drafter.restrict_draft_vocab(sharegpt_top_tokens(args.target_name, args.draft_vocab_from_sharegpt))
     drafter = drafter.to(getattr(torch, args.dtype))
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
@@ -137,9 +161,16 @@ def main() -> None:
         block_size=cfg.block_size,
         slots=cfg.block_size - 1,
         drafting=drafter.drafting_config,
+        draft_vocab="full" if cfg.draft_vocab_size is None else f"{cfg.draft_vocab_size} most frequent tokens of ShareGPT responses",
         training=args.training or "(not described)",
         command=args.command or "(not recorded)",
         measured=measured_table(args.bench),
+        export_command=" ".join(
+            ["python examples/export_drafter.py --checkpoint <run>/final", f"--output hub_cards/{out.name}", f"--dtype {args.dtype}"]
+            + ([f"--budget {args.budget}"] if args.budget is not None else [])
+            + ([f"--jacobi-passes {args.jacobi_passes}"] if args.jacobi_passes is not None else [])
+            + ([f"--draft-vocab-from-sharegpt {args.draft_vocab_from_sharegpt}"] if args.draft_vocab_from_sharegpt else [])
+        ),
     )
     (out / "README.md").write_text(card)
     print(f"wrote {out} ({size:.1f} MB)")

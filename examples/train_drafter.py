@@ -41,6 +41,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--max-steps", type=int, default=600)
     ap.add_argument("--save-steps", type=int, default=50)
+    ap.add_argument("--save-total-limit", type=int, default=None, help="keep only the latest N checkpoints (default: keep all, for the learning curve)")
     ap.add_argument("--divergence", default="forward_kl")
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
@@ -79,7 +80,7 @@ def main() -> None:
         weight_decay=0.0,
         max_steps=args.max_steps,
         save_steps=args.save_steps,
-        save_total_limit=2,
+        save_total_limit=args.save_total_limit,
         logging_steps=10,
         report_to=[],
         bf16=args.bf16,

@@ -169,3 +169,20 @@ def test_training_forward_matches_incremental_drafting(trained_llama):
         cache = DrafterCache(drafter.config.num_hidden_layers)
         drafter.append_context(cache, states[:, :a], torch.arange(a))
         assert torch.equal(drafter.draft_block(cache, blocks[0, b], a), packed[b])
+
+
+def test_restricted_draft_vocab_is_exact_and_round_trips(tmp_path, trained_llama):
+    target, drafter, prompts = trained_llama
+    small = JetSpecDrafter(drafter.config.__class__(**drafter.config.to_dict()))
+    small.load_state_dict(drafter.state_dict())
+    small.attach_target(target)
+    small.restrict_draft_vocab(range(0, 128, 2))  # only even ids can be drafted
+    assert small.config.draft_vocab_size == 64
+    ref = target.generate(prompts[:1], do_sample=False, max_new_tokens=40)
+    out = target.generate(prompts[:1], assistant_model=small, do_sample=False, max_new_tokens=40)
+    assert torch.equal(ref, out)
+    small.save_pretrained(tmp_path)
+    loaded = JetSpecDrafter.from_pretrained(tmp_path)
+    assert loaded.config.draft_vocab_size == 64 and torch.equal(loaded.draft_vocab, torch.arange(0, 128, 2))
+    with pytest.raises(ValueError, match="draft vocabulary ids"):
+        small.restrict_draft_vocab([200])

@@ -211,6 +211,23 @@ class JetSpecDrafter(PreTrainedModel):
         if kwargs.get("is_main_process", True):
             self.drafting_config.save(save_directory)
 
+    def restrict_draft_vocab(self, token_ids) -> None:
+        """Draft only among ``token_ids`` (e.g. the most frequent tokens of the target's outputs).
+
+        Restricts the LM head rows the drafter scores, which dominates its cost on CPU. Any trained
+        drafter can be restricted after training; drafts outside the set are simply never proposed
+        (verification keeps the output exact either way).
+        """
+        ids = torch.as_tensor(list(token_ids), dtype=torch.long).unique()
+        if ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= self.config.target_vocab_size:
+            raise ValueError(f"draft vocabulary ids must lie in 0..{self.config.target_vocab_size - 1}")
+        self.config.draft_vocab_size = int(ids.numel())
+        if "draft_vocab" in self._buffers:
+            del self._buffers["draft_vocab"]
+        self.register_buffer("draft_vocab", ids.to(self.device), persistent=True)
+        if self.__dict__["_target"] is not None:
+            self.attach_target(self.__dict__["_target"])
+
     # ------------------------------------------------------------------ the target it serves
     def check_target(self, target) -> None:
         """Raise a ``ValueError`` naming both sides if ``target`` is not the one this drafter serves."""

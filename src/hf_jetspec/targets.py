@@ -250,6 +250,10 @@ def load_drafter_for(target, target_name: str, drafter_path: str | None):
 
     path = drafter_path or companion_drafter_path(target_name)
     if path is not None:
-        return JetSpecDrafter.from_pretrained(str(path)).to(target.device).eval(), f"drafter {path}"
+        shown = Path(path)
+        repo = Path(__file__).resolve().parents[2]
+        if shown.is_absolute() and shown.resolve().is_relative_to(repo):
+            shown = shown.resolve().relative_to(repo)  # report shipped drafters by their place in the repository
+        return JetSpecDrafter.from_pretrained(str(path)).to(target.device).eval(), f"drafter {shown}"
     drafter = JetSpecDrafter.for_target(target).eval()
     return drafter, "RANDOM-INIT drafter (no trained drafter is shipped for this target yet: expect tau ~1 and no speedup)"
