@@ -87,7 +87,6 @@ class JetSpecDrafter(PreTrainedModel):
     base_model_prefix = "drafter"
     main_input_name = "block_input_ids"
     _no_split_modules = ["DecoderLayer"]
-    _keys_to_ignore_on_load_unexpected = []
 
     def __init__(self, config: JetSpecDrafterConfig):
         super().__init__(config)

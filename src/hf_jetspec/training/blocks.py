@@ -10,8 +10,6 @@ before the anchor (seed 000, "Training").
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 
@@ -95,7 +93,3 @@ def leading_matches(pred: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     """Number of leading positions where ``pred == ref`` along the last dim (accepted length proxy)."""
     return (torch.cumprod((pred == ref).to(torch.int64), dim=-1)).sum(-1)
 
-
-def expected_decay_for_block(gamma: int) -> float:
-    """A sensible default decay constant: the envelope halves about a third of the way in."""
-    return max(1.0, gamma / (3 * math.log(2)))
