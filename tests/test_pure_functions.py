@@ -124,3 +124,13 @@ def test_first_stop_length():
     assert first_stop_length(seq, 2, lambda ids, scores: ids[:, -1] == 7) == 7  # never fires: keep all
     assert first_stop_length(seq, 5, ends_with_3) == 7  # only lengths after the prompt count
     assert truncate_generate_output(seq, 5, 2).tolist() == [[9, 9, 1, 2, 3]]
+
+
+def test_first_stop_length_ignores_wall_clock_limits():
+    import time
+
+    from transformers.generation.stopping_criteria import MaxTimeCriteria, StoppingCriteriaList
+
+    seq = torch.tensor([[9, 9, 1, 2, 3]])
+    expired = MaxTimeCriteria(max_time=0.0, initial_timestamp=time.time() - 10)
+    assert first_stop_length(seq, 2, StoppingCriteriaList([expired])) == 5  # not cut back to the first token

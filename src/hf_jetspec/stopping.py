@@ -17,8 +17,14 @@ def first_stop_length(sequences: torch.Tensor, prompt_length: int, criteria) -> 
     """Smallest length ``L > prompt_length`` at which ``criteria(sequences[:, :L])`` fires, else the full length.
 
     ``criteria`` is a ``StoppingCriteriaList`` (or any callable ``(input_ids, scores) -> BoolTensor``),
-    evaluated as plain decoding evaluates it after each new token (``scores=None``).
+    evaluated as plain decoding evaluates it after each new token (``scores=None``). Criteria must
+    be functions of the tokens; ``MaxTimeCriteria`` (wall clock) is left out of the replay.
     """
+    from transformers.generation.stopping_criteria import MaxTimeCriteria, StoppingCriteriaList
+
+    if isinstance(criteria, StoppingCriteriaList):
+        # a wall-clock limit cannot be replayed on prefixes after the fact: it already acted in the loop
+        criteria = StoppingCriteriaList(c for c in criteria if not isinstance(c, MaxTimeCriteria))
     total = sequences.shape[1]
     for length in range(prompt_length + 1, total):
         if bool(criteria(sequences[:, :length], None).all()):
