@@ -97,23 +97,15 @@ def measured_table(paths: list[str]) -> str:
     return "\n".join(rows)
 
 
-def sharegpt_top_tokens(target_name: str, n: int, chats: int = 3000) -> list[int]:
-    """The ``n`` most frequent token ids of the first ``chats`` ShareGPT responses."""
-    import collections
-
+def sharegpt_top_tokens(target_name: str, n: int) -> list[int]:
     from transformers import AutoTokenizer
 
-    from hf_jetspec.data import sharegpt_chats
+    from hf_jetspec.data import frequent_response_tokens
     from hf_jetspec.targets import converted_folder, resolve_embedded
 
     spec = resolve_embedded(target_name)
     tok = AutoTokenizer.from_pretrained(str(converted_folder(spec)) if spec else target_name)
-    counts = collections.Counter()
-    for i, chat in enumerate(sharegpt_chats()):
-        if i >= chats:
-            break
-        counts.update(tok(chat[1]["content"])["input_ids"])
-    return [t for t, _ in counts.most_common(n)]
+    return frequent_response_tokens(tok, n)
 
 
 def main() -> None:

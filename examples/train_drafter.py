@@ -18,7 +18,7 @@ import torch
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_jetspec import JetSpecDrafter, load_target
-from hf_jetspec.data import sharegpt_chats
+from hf_jetspec.data import frequent_response_tokens, sharegpt_chats
 from hf_jetspec.training import JetSpecTrainer, JetSpecTrainingArguments
 from hf_jetspec.training.corpus import CorpusCollator, build_corpus
 
@@ -33,7 +33,9 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--init-layers-from-target", action="store_true")
     ap.add_argument("--init-from", default=None, help="start from a trained drafter folder (e.g. an earlier run's final/)")
-    ap.add_argument("--draft-vocab-size", type=int, default=None, help="restrict the draft head to the first N token ids")
+    ap.add_argument("--draft-vocab-from-sharegpt", type=int, default=None, metavar="N",
+                    help="train with the draft head restricted to the N most frequent tokens of ShareGPT responses (cuts the head's cost)")
+    ap.add_argument("--slot-decay", type=float, default=7.0, help="slot weights exp(-(k-1)/decay); 0 for flat")
     ap.add_argument("--num-sequences", type=int, default=4000)
     ap.add_argument("--seq-len", type=int, default=384)
     ap.add_argument("--batch-size", type=int, default=4)
@@ -63,13 +65,13 @@ def main() -> None:
     overrides = {"num_hidden_layers": args.layers, "attention": args.attention}
     if args.inputs == "mask":
         overrides["block_inputs"] = "mask"
-    if args.draft_vocab_size:
-        overrides["draft_vocab_size"] = args.draft_vocab_size
     if args.init_from:
         drafter = JetSpecDrafter.from_pretrained(args.init_from, dtype=torch.float32)
         drafter.attach_target(target)
     else:
         drafter = JetSpecDrafter.for_target(target, init_layers_from_target=args.init_layers_from_target, **overrides)
+    if args.draft_vocab_from_sharegpt:
+        drafter.restrict_draft_vocab(frequent_response_tokens(tokenizer, args.draft_vocab_from_sharegpt))
 
     targs = JetSpecTrainingArguments(
         output_dir=args.output_dir,
@@ -90,6 +92,7 @@ def main() -> None:
         block_inputs="noised" if args.inputs in ("noised", "mask") else "jacobi",
         blocks_per_sequence=args.blocks_per_sequence,
         divergence=args.divergence,
+        slot_decay=args.slot_decay or None,
     )
     trainer = JetSpecTrainer(
         model=drafter,
