@@ -38,3 +38,34 @@ class DrafterCache:
             if self.keys[i] is not None:
                 self.keys[i] = self.keys[i][:, :, :length]
                 self.values[i] = self.values[i][:, :, :length]
+
+
+def batched_prefix(cache: DrafterCache, layer_index: int, extra, batch_size: int):
+    """Prefix keys/values of one layer for a batch of blocks: the cached context, then ``extra`` rows.
+
+    ``extra`` is ``(per-layer [(keys, values)] of E rows, visibility [B, E])`` or None; every block
+    gets the same rows (which of them it may see is decided by :func:`context_block_mask`).
+    """
+    keys = [] if cache.layer(layer_index) is None else [cache.layer(layer_index)]
+    if extra is not None:
+        keys.append(extra[0][layer_index])
+    if not keys:
+        return None
+    return (
+        torch.cat([k.expand(batch_size, -1, -1, -1) for k, _ in keys], dim=2),
+        torch.cat([v.expand(batch_size, -1, -1, -1) for _, v in keys], dim=2),
+    )
+
+
+def context_block_mask(batch_size: int, length: int, context_len: int, extra_visible: torch.Tensor | None, causal: bool, device) -> torch.Tensor:
+    """Boolean mask [B, 1, L, C + E + L]: the whole cached context, the visible extra rows, the block itself.
+
+    ``extra_visible`` is [B, E] (the same rows for every position of a block) or None.
+    """
+    parts = [torch.ones(batch_size, length, context_len, dtype=torch.bool, device=device)]
+    if extra_visible is not None:
+        parts.append(extra_visible.to(device)[:, None, :].expand(batch_size, length, -1))
+    i = torch.arange(length, device=device)
+    inner = (i[None, :] <= i[:, None]) if causal else torch.ones(length, length, dtype=torch.bool, device=device)
+    parts.append(inner[None].expand(batch_size, length, length))
+    return torch.cat(parts, dim=-1)[:, None]

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass
 
 DRAFTING_CONFIG_NAME = "drafting_config.json"
+PIPELINES = ("auto", "thread", "off")
 
 
 @dataclass
@@ -23,11 +24,31 @@ class DraftingConfig:
             early once the draft is a fixed point (a further pass could not change it).
         seed: seed of the drafter's private random generator (noise tokens of J0). It never
             touches the global RNG, so the target's sampling stream is unaffected.
+        foresight: pre-draft the next block for the most likely verification outcomes while the
+            current block is verified (needs a foresight adapter: ``drafter.attach_foresight``).
+        cache_size: outcomes pre-drafted per round (B).
+        num_context_refreshes: context refreshes R <= J per round: the adapter re-predicts the
+            target states of the current draft and the decoder re-scores it before a pass.
+        anchor_replacement: after a refresh, fix the draft up to the first position where the
+            decoder's top token differs and write the decoder's token there.
+        pipeline: where foresight work runs: ``"auto"`` (a background CUDA stream on GPU, a worker
+            thread on CPU), ``"thread"``, or ``"off"`` (in line, before the block is verified).
+        conformal: cache only outcomes above the calibrated conformal threshold (up to
+            ``cache_size``) instead of always ``cache_size``.
+        record_rounds: keep per-round foresight records (decoder scores, features, realised
+            outcome) in ``generation_stats.foresight_records`` for calibration and replay.
     """
 
     budget: int = 16
     num_jacobi_passes: int = 1
     seed: int = 0
+    foresight: bool = False
+    cache_size: int = 4
+    num_context_refreshes: int = 0
+    anchor_replacement: bool = True
+    pipeline: str = "auto"
+    conformal: bool = False
+    record_rounds: bool = False
 
     def __post_init__(self):
         self.validate()
@@ -37,6 +58,19 @@ class DraftingConfig:
             raise ValueError(f"budget must be an int >= 2 (anchor + at least one draft token), got {self.budget!r}")
         if not isinstance(self.num_jacobi_passes, int) or self.num_jacobi_passes < 0:
             raise ValueError(f"num_jacobi_passes must be an int >= 0, got {self.num_jacobi_passes!r}")
+        if not isinstance(self.cache_size, int) or self.cache_size < 1:
+            raise ValueError(f"cache_size must be an int >= 1, got {self.cache_size!r}")
+        if not isinstance(self.num_context_refreshes, int) or not 0 <= self.num_context_refreshes <= self.num_jacobi_passes:
+            raise ValueError(
+                f"num_context_refreshes must be an int in 0..num_jacobi_passes ({self.num_jacobi_passes}): a refresh "
+                f"runs between two passes; got {self.num_context_refreshes!r}"
+            )
+        if self.pipeline not in PIPELINES:
+            raise ValueError(f"pipeline must be one of {PIPELINES}, got {self.pipeline!r}")
+
+    @property
+    def needs_foresight_models(self) -> bool:
+        return self.foresight or self.num_context_refreshes > 0
 
     @classmethod
     def field_names(cls) -> set[str]:

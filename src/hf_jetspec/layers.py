@@ -63,10 +63,7 @@ class Attention(nn.Module):
 
     def project_kv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys (rotated) and values for ``x`` [B, T, H] -> two tensors [B, kv_heads, T, D]."""
-        b, t, _ = x.shape
-        k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        return apply_rotary(k, cos, sin), v
+        return project_kv(self, x, cos, sin, self.num_kv_heads, self.head_dim)
 
     def forward(
         self,
@@ -80,19 +77,43 @@ class Attention(nn.Module):
 
         ``mask`` is boolean, broadcastable to [B, 1, T, P + T] (True = may attend).
         """
-        b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
-        q = apply_rotary(q, cos, sin)
-        k, v = self.project_kv(x, cos, sin)
-        if prefix_kv is not None:
-            k = torch.cat([prefix_kv[0].to(k.dtype), k], dim=2)
-            v = torch.cat([prefix_kv[1].to(v.dtype), v], dim=2)
-        if self.num_kv_heads != self.num_heads:
-            rep = self.num_heads // self.num_kv_heads
-            k = k.repeat_interleave(rep, dim=1)
-            v = v.repeat_interleave(rep, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))
+        return attention_forward(self, x, cos, sin, mask, prefix_kv, self.num_heads, self.num_kv_heads, self.head_dim)
+
+
+def project_kv(attn: nn.Module, x: torch.Tensor, cos, sin, num_kv_heads: int, head_dim: int):
+    """Rotated keys and values [B, kv_heads, T, D] of any Llama-named attention module."""
+    b, t, _ = x.shape
+    k = attn.k_proj(x).view(b, t, num_kv_heads, head_dim).transpose(1, 2)
+    v = attn.v_proj(x).view(b, t, num_kv_heads, head_dim).transpose(1, 2)
+    return apply_rotary(k, cos, sin), v
+
+
+def attention_forward(attn: nn.Module, x, cos, sin, mask, prefix_kv, num_heads: int, num_kv_heads: int, head_dim: int) -> torch.Tensor:
+    """Masked attention through the projections of any Llama-named attention module.
+
+    Serves the drafter's own layers and, by reference, a target's layers (the foresight decoder),
+    whose ``forward`` has another signature.
+    """
+    b, t, _ = x.shape
+    q = attn.q_proj(x).view(b, t, num_heads, head_dim).transpose(1, 2)
+    q = apply_rotary(q, cos, sin)
+    k, v = project_kv(attn, x, cos, sin, num_kv_heads, head_dim)
+    if prefix_kv is not None:
+        k = torch.cat([prefix_kv[0].to(k.dtype), k], dim=2)
+        v = torch.cat([prefix_kv[1].to(v.dtype), v], dim=2)
+    if num_kv_heads != num_heads:
+        rep = num_heads // num_kv_heads
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return attn.o_proj(out.transpose(1, 2).reshape(b, t, num_heads * head_dim))
+
+
+def foreign_layer_forward(layer: nn.Module, x, cos, sin, mask, prefix_kv, num_heads: int, num_kv_heads: int, head_dim: int) -> torch.Tensor:
+    """A Llama/Qwen2 decoder layer of a target run with an explicit mask and prefix keys/values."""
+    h = attention_forward(layer.self_attn, layer.input_layernorm(x), cos, sin, mask, prefix_kv, num_heads, num_kv_heads, head_dim)
+    x = x + h
+    return x + layer.mlp(layer.post_attention_layernorm(x))
 
 
 class MLP(nn.Module):

@@ -12,7 +12,7 @@ from transformers import PreTrainedModel
 from transformers.utils import ModelOutput
 
 from .configuration_drafter import JetSpecDrafterConfig, default_target_layer_ids, rope_theta_of
-from .drafter_cache import DrafterCache
+from .drafter_cache import DrafterCache, batched_prefix, context_block_mask
 from .drafting_config import DRAFTING_CONFIG_NAME, DraftingConfig
 from .layers import DecoderLayer, RMSNorm, rotary_cos_sin
 from .stats import GenerationStats
@@ -43,6 +43,50 @@ def target_decoder_layers(target) -> nn.ModuleList:
     if layers is None:
         raise ValueError(f"cannot find the decoder layers of {type(target).__name__}")
     return layers
+
+
+def target_shape_fields(target) -> dict:
+    """Config fields shared by every add-on of ``target``: its signature and its layers' shape."""
+    cfg = target.config.get_text_config()
+    first_layer = target_decoder_layers(target)[0]
+    q_proj = getattr(getattr(first_layer, "self_attn", None), "q_proj", None)
+    return dict(
+        target_model_type=cfg.model_type,
+        target_hidden_size=cfg.hidden_size,
+        target_vocab_size=cfg.vocab_size,
+        target_num_hidden_layers=cfg.num_hidden_layers,
+        target_layer_ids=default_target_layer_ids(cfg.num_hidden_layers),
+        target_name_or_path=getattr(target, "name_or_path", None) or getattr(cfg, "_name_or_path", None),
+        hidden_size=cfg.hidden_size,
+        num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
+        head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
+        intermediate_size=cfg.intermediate_size,
+        rms_norm_eps=getattr(cfg, "rms_norm_eps", 1e-6),
+        rope_theta=rope_theta_of(cfg),
+        attention_bias=bool(q_proj is not None and q_proj.bias is not None),
+    )
+
+
+def check_target_matches(config, target, kind: str, builder: str) -> None:
+    """Raise a ``ValueError`` naming both sides if ``target`` differs from the one ``config`` records."""
+    sig = target_signature(target)
+    diffs = [
+        f"{key[len('target_'):]}: {kind} built for {getattr(config, key)!r}, target has {value!r}"
+        for key, value in sig.items()
+        if getattr(config, key) != value
+    ]
+    if diffs:
+        name = getattr(target, "name_or_path", "") or type(target).__name__
+        raise ValueError(
+            f"This {kind} was built for {config.describe_target()}, but it was given the target "
+            f"{name!r} ({sig['target_model_type']}, hidden_size={sig['target_hidden_size']}, "
+            f"{sig['target_num_hidden_layers']} layers, vocab_size={sig['target_vocab_size']}). Mismatch in "
+            + "; ".join(diffs)
+            + f". Use a {kind} trained for this target, or build one with {builder}."
+        )
+    if target.get_input_embeddings() is None or target.get_output_embeddings() is None:
+        raise ValueError("the target must expose input and output embeddings (a *ForCausalLM model)")
 
 
 def context_visibility(anchor_positions: torch.Tensor, context_len: int) -> torch.Tensor:
@@ -115,6 +159,7 @@ class JetSpecDrafter(PreTrainedModel):
         # The target is referenced, not registered: its weights are not ours to save or train.
         self.__dict__["_target"] = None
         self.__dict__["_head_weight"] = None
+        self.__dict__["_foresight"] = None
         self.post_init()
 
     def _init_weights(self, module):
@@ -139,25 +184,7 @@ class JetSpecDrafter(PreTrainedModel):
         With ``init_layers_from_target=True`` the drafter layers start as copies of the target's
         top decoder layers (Llama/Qwen2-style targets).
         """
-        cfg = target.config.get_text_config()
-        first_layer = target_decoder_layers(target)[0]
-        q_proj = getattr(getattr(first_layer, "self_attn", None), "q_proj", None)
-        values = dict(
-            target_model_type=cfg.model_type,
-            target_hidden_size=cfg.hidden_size,
-            target_vocab_size=cfg.vocab_size,
-            target_num_hidden_layers=cfg.num_hidden_layers,
-            target_layer_ids=default_target_layer_ids(cfg.num_hidden_layers),
-            target_name_or_path=getattr(target, "name_or_path", None) or getattr(cfg, "_name_or_path", None),
-            hidden_size=cfg.hidden_size,
-            num_attention_heads=cfg.num_attention_heads,
-            num_key_value_heads=getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
-            head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
-            intermediate_size=cfg.intermediate_size,
-            rms_norm_eps=getattr(cfg, "rms_norm_eps", 1e-6),
-            rope_theta=rope_theta_of(cfg),
-            attention_bias=bool(q_proj is not None and q_proj.bias is not None),
-        )
+        values = target_shape_fields(target)
         unknown = set(overrides) - set(JetSpecDrafterConfig().to_dict()) - set(values)
         if unknown:
             raise TypeError(f"unknown JetSpecDrafterConfig field(s): {sorted(unknown)}")
@@ -230,24 +257,7 @@ class JetSpecDrafter(PreTrainedModel):
     # ------------------------------------------------------------------ the target it serves
     def check_target(self, target) -> None:
         """Raise a ``ValueError`` naming both sides if ``target`` is not the one this drafter serves."""
-        sig = target_signature(target)
-        diffs = [
-            f"{key[len('target_'):]}: drafter built for {getattr(self.config, key)!r}, target has {value!r}"
-            for key, value in sig.items()
-            if getattr(self.config, key) != value
-        ]
-        if diffs:
-            name = getattr(target, "name_or_path", "") or type(target).__name__
-            raise ValueError(
-                f"This JetSpecDrafter was built for {self.config.describe_target()}, but it was given the target "
-                f"{name!r} ({sig['target_model_type']}, hidden_size={sig['target_hidden_size']}, "
-                f"{sig['target_num_hidden_layers']} layers, vocab_size={sig['target_vocab_size']}). Mismatch in "
-                + "; ".join(diffs)
-                + ". Use a drafter trained for this target, or build one with JetSpecDrafter.for_target(target)."
-            )
-        emb = target.get_input_embeddings()
-        if emb is None or target.get_output_embeddings() is None:
-            raise ValueError("the target must expose input and output embeddings (a *ForCausalLM model)")
+        check_target_matches(self.config, target, "JetSpecDrafter", "JetSpecDrafter.for_target(target)")
 
     def attach_target(self, target) -> None:
         """Validate and reference ``target``'s embeddings and LM head (nothing is copied)."""
@@ -257,6 +267,29 @@ class JetSpecDrafter(PreTrainedModel):
         if self.config.draft_vocab_size is not None:
             head = head.index_select(0, self.draft_vocab.to(head.device))
         self.__dict__["_head_weight"] = head
+
+    def attach_foresight(self, adapter, calibration=None) -> None:
+        """Use ``adapter`` (a :class:`~hf_jetspec.foresight.ForesightAdapter` for this drafter's read
+        layers) and an optional fitted :class:`~hf_jetspec.foresight.ForesightCalibration` for
+        foresight drafting and context refresh (``drafting_config.foresight`` /
+        ``num_context_refreshes``). ``adapter`` may be a folder, loaded with ``from_pretrained``.
+        The adapter is referenced, not saved with the drafter."""
+        from .foresight import ForesightAdapter, ForesightCalibration
+
+        if isinstance(adapter, (str, os.PathLike)):
+            folder = adapter
+            adapter = ForesightAdapter.from_pretrained(folder, dtype=self.dtype).to(self.device)
+            if calibration is None and os.path.isfile(os.path.join(folder, "foresight_calibration.json")):
+                calibration = ForesightCalibration.load(folder)
+        adapter.check_drafter(self)
+        if isinstance(calibration, (str, os.PathLike)):
+            calibration = ForesightCalibration.load(calibration)
+        self.__dict__["_foresight"] = (adapter.eval(), calibration)
+
+    @property
+    def foresight(self):
+        """``(adapter, calibration)`` attached with :meth:`attach_foresight`, or None."""
+        return self.__dict__["_foresight"]
 
     @property
     def target(self):
@@ -307,6 +340,13 @@ class JetSpecDrafter(PreTrainedModel):
             cache.append(i, k, v)
 
     @torch.no_grad()
+    def extra_context(self, target_states: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per-layer keys/values of rows that are not in the cache (e.g. foresight-predicted states [1, E, n*H])."""
+        ctx = self.project_context(target_states.to(self.device))
+        cos, sin = self._rotary(positions.to(self.device)[None])
+        return [layer.context_kv(ctx, cos, sin) for layer in self.layers]
+
+    @torch.no_grad()
     def draft_block(
         self,
         cache: DrafterCache,
@@ -320,18 +360,32 @@ class JetSpecDrafter(PreTrainedModel):
         Returns the argmax draft ids [gamma] (and the draft-vocabulary logits [gamma, V_draft] with
         ``return_logits``)."""
         gamma = block_input_ids.shape[-1]
-        x = self.embed_block(block_input_ids.reshape(1, gamma), None if noise_mask is None else noise_mask.reshape(1, gamma))
-        positions = torch.arange(start_position, start_position + gamma, device=self.device)
-        cos, sin = self._rotary(positions[None])
-        ctx_len = len(cache)
-        i = torch.arange(gamma, device=self.device)
-        inner = (i[None, :] <= i[:, None]) if self.config.attention == "causal" else torch.ones(gamma, gamma, dtype=torch.bool, device=self.device)
-        mask = torch.cat([torch.ones(gamma, ctx_len, dtype=torch.bool, device=self.device), inner], dim=-1)[None, None]
+        ids, logits = self.draft_blocks(
+            cache,
+            block_input_ids.reshape(1, gamma),
+            torch.tensor([start_position]),
+            None if noise_mask is None else noise_mask.reshape(1, gamma),
+        )
+        return (ids[0], logits[0]) if return_logits else ids[0]
+
+    @torch.no_grad()
+    def draft_blocks(self, cache: DrafterCache, block_input_ids: torch.Tensor, start_positions: torch.Tensor, noise_mask=None, extra=None):
+        """Draft a batch of blocks [B, gamma] starting at ``start_positions`` [B] against the cached context.
+
+        ``extra = (per-layer keys/values of E rows, visibility [B, E])`` adds context rows that only
+        some blocks see (foresight: predicted states of the block under verification up to each
+        outcome's k). Returns ``(ids [B, gamma], logits [B, gamma, V_draft])``.
+        """
+        bsz, gamma = block_input_ids.shape
+        device = self.device
+        x = self.embed_block(block_input_ids, noise_mask)
+        positions = start_positions.to(device)[:, None] + torch.arange(gamma, device=device)
+        cos, sin = self._rotary(positions)
+        mask = context_block_mask(bsz, gamma, len(cache), None if extra is None else extra[1], self.config.attention == "causal", device)
         for li, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, mask, cache.layer(li))
-        logits = self.draft_logits(x)[0]
-        ids = self.draft_ids(logits)
-        return (ids, logits) if return_logits else ids
+            x = layer(x, cos, sin, mask, batched_prefix(cache, li, extra, bsz))
+        logits = self.draft_logits(x)
+        return self.draft_ids(logits), logits
 
     # ------------------------------------------------------------------ training path
     def forward(

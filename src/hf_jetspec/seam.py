@@ -63,7 +63,14 @@ def _wrap_validate_generation_mode(original):
 def _wrap_assisted_decoding(original):
     @functools.wraps(original)
     def _assisted_decoding(self, input_ids, *args, **kwargs):
-        result = original(self, input_ids, *args, **kwargs)
+        try:
+            result = original(self, input_ids, *args, **kwargs)
+        finally:
+            assistant = kwargs.get("assistant_model")
+            if _is_drafter(assistant):  # stop the foresight worker of this call
+                generator = assistant.__dict__.pop("_active_generator", None)
+                if generator is not None:
+                    generator.close()
         criteria = kwargs.get("stopping_criteria")
         if not _is_drafter(kwargs.get("assistant_model")) or criteria is None:
             return result

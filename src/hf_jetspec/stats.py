@@ -32,6 +32,24 @@ class GenerationStats:
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
     prefill_time_s: float = 0.0
+    cache_lookups: int = 0
+    cache_hits: int = 0
+    outcomes: list[tuple[int, int]] = field(default_factory=list)
+    background_time_s: float = 0.0
+    worker_failures: int = 0
+    refreshes: int = 0
+    anchor_replacements: int = 0
+    foresight_records: list = field(default_factory=list)
+
+    @property
+    def hit_rate(self) -> float | None:
+        """Share of foresight rounds whose realised outcome (k*, a*) was pre-drafted."""
+        return self.cache_hits / self.cache_lookups if self.cache_lookups else None
+
+    @property
+    def exposed_draft_time_per_round_s(self) -> float | None:
+        """Drafting time on the critical path per round (waiting for the worker included)."""
+        return self.draft_time_s / self.rounds if self.rounds else None
 
     @property
     def tau(self) -> float | None:
@@ -49,18 +67,13 @@ class GenerationStats:
         self.drafted_tokens += int(drafted)
 
     def merge(self, other: "GenerationStats") -> "GenerationStats":
-        return GenerationStats(
-            rounds=self.rounds + other.rounds,
-            committed_tokens=self.committed_tokens + other.committed_tokens,
-            accepted_lengths=self.accepted_lengths + other.accepted_lengths,
-            drafted_tokens=self.drafted_tokens + other.drafted_tokens,
-            draft_time_s=self.draft_time_s + other.draft_time_s,
-            verify_time_s=self.verify_time_s + other.verify_time_s,
-            prefill_time_s=self.prefill_time_s + other.prefill_time_s,
-        )
+        """Field-wise sum (counters and times) / concatenation (per-round lists)."""
+        return GenerationStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)})
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
         out["tau"] = self.tau
         out["accept_length_hist"] = self.accept_length_hist
+        out["hit_rate"] = self.hit_rate
+        out["exposed_draft_time_per_round_s"] = self.exposed_draft_time_per_round_s
         return out

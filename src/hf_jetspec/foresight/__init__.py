@@ -1,0 +1,25 @@
+"""Foresight drafting (seed 000, Sections 4.1-4.3): adapter, decoder, calibrated outcome selection,
+speculation cache, context refresh with anchor replacement, and offline replay of selection rules."""
+
+from transformers import AutoConfig, AutoModel
+
+from .cache import CachedBlock, SpeculationCache
+from .calibration import ForesightCalibration
+from .configuration_adapter import ForesightAdapterConfig
+from .decoder import ForesightDecoder
+from .engine import ForesightEngine, ForesightRecord
+from .modeling_adapter import ForesightAdapter
+
+AutoConfig.register(ForesightAdapterConfig.model_type, ForesightAdapterConfig, exist_ok=True)
+AutoModel.register(ForesightAdapterConfig, ForesightAdapter, exist_ok=True)
+
+__all__ = [
+    "CachedBlock",
+    "ForesightAdapter",
+    "ForesightAdapterConfig",
+    "ForesightCalibration",
+    "ForesightDecoder",
+    "ForesightEngine",
+    "ForesightRecord",
+    "SpeculationCache",
+]

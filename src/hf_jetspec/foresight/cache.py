@@ -14,6 +14,7 @@ class CachedBlock:
     k: int
     anchor: int
     tokens: torch.Tensor
+    logits: torch.Tensor | None = None
 
 
 class SpeculationCache:

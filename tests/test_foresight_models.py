@@ -1,0 +1,79 @@
+"""ForesightAdapter and ForesightDecoder on tiny targets."""
+
+import pytest
+import torch
+
+from helpers import tiny_llama, tiny_qwen2
+
+from hf_jetspec import JetSpecDrafter
+from hf_jetspec.foresight.configuration_adapter import default_source_layers
+from hf_jetspec.foresight.decoder import ForesightDecoder
+from hf_jetspec.foresight.modeling_adapter import ForesightAdapter, gap_recovered, state_prediction_loss
+
+
+@pytest.mark.parametrize("make", [tiny_llama, tiny_qwen2])
+def test_decoder_on_true_states_is_the_target(make):
+    """Fed the target's true states, the decoder returns the target's own logits (a perfect decoder)."""
+    target = make().eval()
+    ids = torch.randint(0, target.config.vocab_size, (1, 20), generator=torch.Generator().manual_seed(0))
+    deepest = 1
+    dec = ForesightDecoder(target, deepest)
+    with torch.no_grad():
+        out = target(ids, output_hidden_states=True)
+    n = 12
+    cache = dec.new_cache()
+    dec.append_context(cache, [out.hidden_states[i][:, :n] for i in dec.state_indices], torch.arange(n))
+    logits = dec.logits(cache, out.hidden_states[deepest + 1][:, n:], torch.tensor([n]))
+    torch.testing.assert_close(logits, out.logits[:, n:], atol=1e-4, rtol=1e-4)
+
+
+def test_adapter_inference_matches_training_path_and_round_trips(tmp_path):
+    target = tiny_llama().eval()
+    drafter = JetSpecDrafter.for_target(target)
+    adapter = ForesightAdapter.for_drafter(drafter, layers_per_module=1).eval()
+    assert adapter.config.source_layers == default_source_layers(drafter.config.target_layer_ids, 1)
+    ids = torch.randint(0, 128, (1, 24), generator=torch.Generator().manual_seed(1))
+    layer_ids = drafter.config.target_layer_ids
+    with torch.no_grad():
+        out = target(ids, output_hidden_states=True)
+    states = torch.cat([out.hidden_states[i + 1] for i in layer_ids], dim=-1)
+    n, length = 15, 6
+    cache = adapter.new_cache()
+    adapter.append_context(cache, states[:, :n], torch.arange(n))
+    pred = adapter.predict(cache, ids[:, n : n + length], torch.tensor([n]))
+    with torch.no_grad():
+        train = adapter(states, ids[:, n : n + length][:, None], torch.tensor([[n]]))
+    torch.testing.assert_close(pred, train[:, 0], atol=1e-5, rtol=1e-5)
+    assert pred.shape == (1, length, len(layer_ids) * 64)
+    # predicted context rows: a block that sees them equals a block run with those rows in the cache
+    extra = adapter.extra_context(pred[:, :2], torch.tensor([n, n + 1]))
+    with_extra = adapter.predict(cache, ids[:, n + 2 : n + 5], torch.tensor([n + 2]), (extra, torch.ones(1, 2, dtype=torch.bool)))
+    cache2 = adapter.new_cache()
+    adapter.append_context(cache2, torch.cat([states[:, :n], pred[:, :2]], dim=1), torch.arange(n + 2))
+    torch.testing.assert_close(with_extra, adapter.predict(cache2, ids[:, n + 2 : n + 5], torch.tensor([n + 2])), atol=1e-5, rtol=1e-5)
+
+    adapter.save_pretrained(tmp_path)
+    again = ForesightAdapter.from_pretrained(tmp_path)
+    again.attach_target(target)
+    for a, b in zip(adapter.state_dict().values(), again.state_dict().values()):
+        assert torch.equal(a, b)
+    assert not any("embed" in k for k in again.state_dict())
+
+
+def test_adapter_refuses_wrong_target_and_drafter():
+    target = tiny_llama()
+    adapter = ForesightAdapter.for_target(target, target_layer_ids=[1, 2])
+    with pytest.raises(ValueError, match="ForesightAdapter was built for"):
+        adapter.attach_target(tiny_qwen2())
+    with pytest.raises(ValueError, match="predicts target layers"):
+        adapter.check_drafter(JetSpecDrafter.for_target(target, target_layer_ids=[0, 2]))
+
+
+def test_loss_and_gap_hand_numbers():
+    true = torch.tensor([[1.0, 0.0]])
+    assert state_prediction_loss(true, true).item() == pytest.approx(0.0)
+    # smooth L1 of (0, 1) vs (1, 0): 0.5 per coordinate -> mean 0.5; cosine distance 1
+    assert state_prediction_loss(torch.tensor([[0.0, 1.0]]), true).item() == pytest.approx(1.5)
+    copy = torch.tensor([[0.0, 0.0]])
+    assert gap_recovered(torch.tensor([[0.5, 0.0]]), true, copy) == pytest.approx(0.75)
+    assert gap_recovered(true, true, copy) == pytest.approx(1.0)
