@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 
 import torch
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_jetspec import JetSpecDrafter, load_target
-from hf_jetspec.data import frequent_response_tokens, sharegpt_chats
+from hf_jetspec.data import frequent_response_tokens
 from hf_jetspec.training import JetSpecTrainer, JetSpecTrainingArguments
-from hf_jetspec.training.corpus import CorpusCollator, build_corpus
+from hf_jetspec.training.corpus import CorpusCollator, load_training_corpus
 
 
 def main() -> None:
@@ -52,14 +51,7 @@ def main() -> None:
 
     torch.manual_seed(args.seed)
     target, tokenizer = load_target(args.target)
-    if args.corpus == "sharegpt":
-        chats = sharegpt_chats()
-    else:
-        import json
-
-        chats = (json.loads(line)["messages"] for line in open(args.corpus) if line.strip())
-    corpus = build_corpus(tokenizer, chats, max_length=args.seq_len, min_response_tokens=64, limit=args.num_sequences, max_prompt_tokens=args.seq_len // 2)
-    random.Random(args.seed).shuffle(corpus)
+    corpus = load_training_corpus(tokenizer, args.corpus, args.num_sequences, args.seq_len, args.seed)
     print(f"{len(corpus)} training sequences, {sum(len(c['input_ids']) for c in corpus)} tokens")
 
     overrides = {"num_hidden_layers": args.layers, "attention": args.attention}

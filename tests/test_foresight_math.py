@@ -212,3 +212,60 @@ def test_speculation_cache_hits_and_misses():
 
 def test_safe_logit_is_finite():
     assert torch.isfinite(safe_logit(torch.tensor([0.0, 1.0]))).all()
+
+
+# ---------------------------------------------------------------------- calibration fit and replay
+from hf_jetspec.foresight.calibrate import fit_calibration, load_records, save_records  # noqa: E402
+from hf_jetspec.foresight.engine import ForesightRecord  # noqa: E402
+from hf_jetspec.foresight.replay import FanoutFit, replay_hit_rates, select  # noqa: E402
+
+
+def record_from_rows(rows, draft, realized, draft_rows=None):
+    """A recorded round whose decoder is ``rows`` (a perfect decoder when rows are the target's)."""
+    p_hat, is_top, alt = decoder_position_stats(rows, draft)
+    dr = rows[:-1] if draft_rows is None else draft_rows
+    top1 = dr.max(-1).values
+    feats = position_features(top1, p_hat, is_top, alt)
+    pv, pi = torch.sort(rows, -1, descending=True)
+    dv, di = torch.sort(dr, -1, descending=True)
+    return ForesightRecord(
+        draft=draft.tolist(), draft_top1=top1.tolist(), draft_own_prob=dr.gather(-1, draft[:, None]).squeeze(-1).tolist(),
+        draft_row_tokens=di.tolist(), draft_row_probs=dv.tolist(), p_hat=p_hat.tolist(),
+        decoder_row_tokens=pi.tolist(), decoder_row_probs=pv.tolist(), features=feats.tolist(), realized=realized,
+    )
+
+
+def test_replay_rules_on_the_worked_example(tmp_path):
+    rows, draft = worked_example()
+    rec = record_from_rows(rows, draft, realized=(1, 2))
+    identity = ForesightCalibration(weights=[0, 1, 0, 0, 0, 0], beta=1.0)
+    # Eq. 6: P(1, b) = 0.24 is the single most likely outcome, so every Eq. 6-based rule hits at B = 1
+    assert select(rec, "uncalibrated", 1, identity) == {(1, 2)}
+    assert select(rec, "served", 1, identity) == {(1, 2)}
+    assert replay_hit_rates([rec], identity, cache_sizes=(1,), rules=("served", "uncalibrated"))["served"][1] == 1.0
+    # fan-out with alpha -> 0 puts every anchor at k = 0 and so misses (1, b)
+    assert all(k == 0 for k, _ in select(rec, "fanout-decoder", 2, identity, FanoutFit(alpha=0.01, rho=1.0)))
+    save_records([rec], tmp_path / "r.jsonl")
+    assert load_records(tmp_path / "r.jsonl") == [rec]
+
+
+def test_fit_calibration_on_perfect_decoder_rounds():
+    """Rounds verified by the exact-match rule against the decoder's own rows: the fit stays near Eq. 6."""
+    g = torch.Generator().manual_seed(5)
+    recs = []
+    for _ in range(400):
+        rows = torch.softmax(torch.randn(5, 8, generator=g) * 2.5, -1)
+        draft = rows[:-1].argmax(-1)
+        o = exact_match_verify(draft, rows, g)
+        recs.append(record_from_rows(rows, draft, realized=(o.accepted, o.bonus)))
+    cal = fit_calibration(recs, miscoverage=0.2)
+    assert len(cal.weights) == 6 and cal.num_rounds == 400
+    # a perfect decoder needs no correction: the fitted acceptance model stays close to p_hat
+    feats = torch.tensor([r.features for r in recs])
+    p_hat = torch.tensor([r.p_hat for r in recs])
+    assert (cal.accept_probs(feats) - p_hat).abs().mean() < 0.06
+    assert 0.5 < cal.beta < 2.0  # anchors were drawn from the decoder's law: no tempering needed
+    assert 0 <= cal.threshold <= 1 and cal.coverage == pytest.approx(0.8)
+    rates = replay_hit_rates(recs, cal, cache_sizes=(1, 4), fanout=FanoutFit(alpha=0.5, rho=1.0))
+    assert rates["served"][4] >= rates["served"][1]
+    assert rates["served"][4] >= rates["fanout-draft"][4] - 0.05

@@ -44,6 +44,11 @@ class BenchConfig:
     jacobi_passes: int | None = None
     budget: int | None = None
     prompt_lookup_tokens: int = 10
+    foresight: bool | None = None
+    cache_size: int | None = None
+    context_refreshes: int | None = None
+    pipeline: str | None = None
+    adapter: str | None = None
     warmup_tokens: int = 32
     seed: int = 0
     output: str | None = None
@@ -70,6 +75,10 @@ class MethodRecord:
     accepted: list[list[int]] = field(default_factory=list)
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
+    background_time_s: float = 0.0
+    cache_lookups: int = 0
+    cache_hits: int = 0
+    refreshes: int = 0
     peak_memory_mb: float = 0.0
 
 
@@ -206,9 +215,25 @@ def run_bench(config: BenchConfig, progress: bool = True) -> dict:
     drafter = assistant = None
     if "jetspec" in config.methods:
         drafter, what = load_drafter_for(target, config.target, config.drafter)
-        changes = {k: v for k, v in {"budget": config.budget, "num_jacobi_passes": config.jacobi_passes}.items() if v is not None}
-        drafter.drafting_config = drafter.drafting_config.replace(**changes)
+        changes = {
+            "budget": config.budget,
+            "num_jacobi_passes": config.jacobi_passes,
+            "foresight": config.foresight,
+            "cache_size": config.cache_size,
+            "num_context_refreshes": config.context_refreshes,
+            "pipeline": config.pipeline,
+        }
+        drafter.drafting_config = drafter.drafting_config.replace(**{k: v for k, v in changes.items() if v is not None})
         extra["jetspec"] = {"drafter": what, "drafting_config": asdict(drafter.drafting_config), "drafter_params_mb": _param_mb(drafter)}
+        if drafter.drafting_config.needs_foresight_models:
+            from .targets import companion_adapter_path
+
+            adapter = config.adapter or companion_adapter_path(config.target)
+            if adapter is None:
+                raise ValueError(f"foresight / context refresh need a foresight adapter: pass --adapter (none is shipped for {config.target!r})")
+            drafter.attach_foresight(str(adapter))
+            extra["jetspec"]["adapter"] = str(config.adapter or Path(adapter).relative_to(Path(adapter).parents[1]))
+            extra["jetspec"]["calibrated"] = drafter.foresight[1] is not None
     if "assisted" in config.methods:
         name = config.assistant or DEFAULT_ASSISTANTS.get(config.target)
         if name is None:
@@ -270,6 +295,10 @@ def run_bench(config: BenchConfig, progress: bool = True) -> dict:
                 rec.accepted.append(list(stats.accepted_lengths))
                 rec.draft_time_s += stats.draft_time_s
                 rec.verify_time_s += stats.verify_time_s
+                rec.background_time_s += stats.background_time_s
+                rec.cache_lookups += stats.cache_lookups
+                rec.cache_hits += stats.cache_hits
+                rec.refreshes += stats.refreshes
             elif name != "ar":
                 rec.committed.append(sum(counter.chunks))
                 rec.rounds.append(len(counter.chunks))
@@ -303,7 +332,15 @@ def run_bench(config: BenchConfig, progress: bool = True) -> dict:
             if not sampling:
                 entry["exact_match_vs_ar"] = exact.compute(predictions=rec.outputs, references=ar.outputs)["exact_match"]
         if name == "jetspec":
-            entry.update(draft_time_s=rec.draft_time_s, verify_time_s=rec.verify_time_s)
+            n_rounds = max(1, sum(rec.rounds))
+            entry.update(
+                draft_time_s=rec.draft_time_s,
+                verify_time_s=rec.verify_time_s,
+                exposed_draft_ms_per_round=1000 * rec.draft_time_s / n_rounds,
+                background_draft_ms_per_round=1000 * rec.background_time_s / n_rounds,
+                hit_rate=rec.cache_hits / rec.cache_lookups if rec.cache_lookups else None,
+                context_refreshes=rec.refreshes,
+            )
         entry.update(extra.get(name, {}))
         methods[name] = entry
     result = {
@@ -324,7 +361,7 @@ def _param_mb(model) -> float:
 
 
 def markdown_table(result: dict) -> str:
-    cols = ["method", "tok/s", "speedup vs AR", "tau", "exact vs AR", "rounds", "draft s", "verify s", "peak extra MB"]
+    cols = ["method", "tok/s", "speedup vs AR", "tau", "exact vs AR", "rounds", "draft s", "verify s", "hit rate", "peak extra MB"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
 
     def fmt(v, spec="{:.2f}"):
@@ -342,6 +379,7 @@ def markdown_table(result: dict) -> str:
                 fmt(m["rounds"], "{}"),
                 fmt(m["draft_time_s"], "{:.1f}"),
                 fmt(m["verify_time_s"], "{:.1f}"),
+                fmt(m.get("hit_rate")),
                 fmt(m["peak_memory_mb"], "{:.0f}"),
             ])
             + " |"

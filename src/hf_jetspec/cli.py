@@ -83,6 +83,11 @@ def cmd_bench(args) -> int:
         jacobi_passes=args.jacobi_passes,
         budget=args.budget,
         prompt_lookup_tokens=args.prompt_lookup_tokens,
+        foresight=args.foresight,
+        cache_size=args.cache_size,
+        context_refreshes=args.context_refreshes,
+        pipeline=args.pipeline,
+        adapter=args.adapter,
         seed=args.seed,
         output=args.output,
     )
@@ -93,6 +98,41 @@ def cmd_bench(args) -> int:
         print(f"jetspec: {jet['drafter']}")
     if args.output:
         print(f"saved {args.output} and {args.output.rsplit('.', 1)[0]}.png")
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    import torch
+
+    from .bench import build_items
+    from .data import load_eval_prompts
+    from .foresight.calibrate import fit_calibration, record_rounds, save_records
+    from .targets import companion_adapter_path, load_drafter_for, load_target
+
+    torch.manual_seed(0)
+    target, tokenizer = load_target(args.target)
+    drafter, what = load_drafter_for(target, args.target, args.drafter)
+    adapter = args.adapter or companion_adapter_path(args.target)
+    if adapter is None:
+        print(f"error: no foresight adapter shipped for {args.target!r}; pass --adapter", file=sys.stderr)
+        return 2
+    drafter.attach_foresight(str(adapter), calibration=None)
+    if args.budget:
+        drafter.drafting_config = drafter.drafting_config.replace(budget=args.budget)
+    prompts = []
+    for spec in args.prompts.split(","):
+        name, _, offset = spec.partition(":")
+        prompts += load_eval_prompts(name, limit=args.per_source, offset=int(offset or 0))
+    items = build_items(tokenizer, target, prompts, args.max_new_tokens)
+    print(f"recording rounds on {len(items)} calibration prompts with {what}, adapter {adapter}", flush=True)
+    records = record_rounds(target, drafter, items, args.max_new_tokens, cache_size=args.cache_size)
+    cal = fit_calibration(records, miscoverage=args.miscoverage, budget=drafter.drafting_config.budget)
+    out = args.output or str(adapter)
+    path = cal.save(out)
+    if args.records:
+        save_records(records, args.records)
+    print(f"{cal.num_rounds} rounds: w = {[round(w, 3) for w in cal.weights]}, beta = {cal.beta:.3f}, "
+          f"threshold = {cal.threshold:.4g} (coverage {cal.coverage:.2f})\nsaved {path}")
     return 0
 
 
@@ -121,9 +161,30 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--jacobi-passes", type=int, default=None)
     bench.add_argument("--budget", type=int, default=None)
     bench.add_argument("--prompt-lookup-tokens", type=int, default=10)
+    bench.add_argument("--foresight", action=argparse.BooleanOptionalAction, default=None,
+                       help="pre-draft the next block for likely outcomes while verifying (needs a foresight adapter)")
+    bench.add_argument("--cache-size", type=int, default=None, help="outcomes pre-drafted per round (B)")
+    bench.add_argument("--context-refreshes", type=int, default=None, help="context refreshes R <= J per round")
+    bench.add_argument("--pipeline", default=None, choices=["auto", "thread", "off"], help="where foresight work runs")
+    bench.add_argument("--adapter", default=None, help="foresight adapter folder (default: the one shipped for the target)")
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--output", default=None, help="OUT.json (a plot OUT.png is saved beside it)")
     bench.set_defaults(func=cmd_bench)
+
+    cal = sub.add_parser("calibrate", help="fit the foresight selection rule on rounds recorded from held-out prompts")
+    cal.add_argument("--target", default="smollm2-135m")
+    cal.add_argument("--drafter", default=None, help="drafter folder (default: the one shipped for the target)")
+    cal.add_argument("--adapter", default=None, help="foresight adapter folder (default: the one shipped for the target)")
+    cal.add_argument("--prompts", default="gsm8k:100,humaneval:100,mt-bench:60",
+                     help="comma list of SOURCE[:OFFSET]; use prompts after the benchmark's own (never benchmark prompts)")
+    cal.add_argument("--per-source", type=int, default=8)
+    cal.add_argument("--max-new-tokens", type=int, default=128)
+    cal.add_argument("--budget", type=int, default=None)
+    cal.add_argument("--cache-size", type=int, default=4)
+    cal.add_argument("--miscoverage", type=float, default=0.1, help="conformal threshold keeps the realised outcome at rate 1 - this")
+    cal.add_argument("--output", default=None, help="folder for foresight_calibration.json (default: the adapter folder)")
+    cal.add_argument("--records", default=None, help="also save the recorded rounds as JSONL (for replay)")
+    cal.set_defaults(func=cmd_calibrate)
     return parser
 
 

@@ -241,6 +241,15 @@ def companion_drafter_path(name_or_path: str) -> Path | None:
     return None
 
 
+def companion_adapter_path(name_or_path: str) -> Path | None:
+    """Folder of the foresight adapter shipped next to an embedded target's drafter, if there is one."""
+    drafter = companion_drafter_path(name_or_path)
+    if drafter is None:
+        return None
+    folder = drafter.parent / f"{drafter.name}-foresight"
+    return folder if (folder / "config.json").is_file() else None
+
+
 def load_drafter_for(target, target_name: str, drafter_path: str | None):
     """The drafter to use: ``drafter_path``, else the one shipped for ``target_name``, else a random one.
 

@@ -127,48 +127,41 @@ class ForesightEngine:
         out[fixed + 1 :] = ids[0].to(out.device, out.dtype)
         return out, logits[0]
 
-    def refresh(self, tokens: torch.Tensor, start: int, fixed: int, rows: PredictedRows | None):
+    def refresh(self, tokens: torch.Tensor, start: int, fixed: int, context_rows: PredictedRows | None):
         """Context refresh (+ anchor replacement) of one block.
 
         The adapter re-predicts the target rows of the current draft, the decoder re-scores it, and
         the first index i > ``fixed`` whose draft token is not the decoder's top token becomes the
-        new pass anchor (its token replaced by the decoder's with ``anchor_replacement``). Returns
-        ``(tokens, fixed, rows, replaced)``: later passes read the predicted rows before i.
+        new pass anchor (its token replaced by the decoder's with ``anchor_replacement``).
+        ``context_rows`` are predicted rows *before* the block (a pre-drafted block's). Returns
+        ``(tokens, fixed, block_rows, replaced)``; later passes read ``block_rows`` (indices < i).
         """
         gamma = tokens.numel() - 1
-        scored = self.score(tokens, start, rows)
+        scored = self.score(tokens, start, context_rows)
         top = scored.probs.argmax(-1)
-        i = None
-        for j in range(fixed + 1, gamma + 1):
-            if int(top[j - 1]) != int(tokens[j]):
-                i = j
-                break
-        if i is None:
-            return tokens, gamma, rows, False
+        i = next((j for j in range(fixed + 1, gamma + 1) if int(top[j - 1]) != int(tokens[j])), None)
+        if i is None:  # the decoder agrees with the whole draft: nothing left to redraft
+            return tokens, gamma, scored.rows, False
         out = tokens.clone()
-        replaced = False
         if self.options.anchor_replacement:
             out[i] = top[i - 1].to(out.dtype)
-            replaced = True
-        base = len(rows) if rows is not None else 0
-        new_rows = scored.rows.head(i)
-        # rows before the block start come from the caller; the refreshed rows of indices < i follow
-        rows = new_rows if rows is None else rows.head(base).cat(new_rows)
-        return out, i, rows, replaced
+        return out, i, scored.rows.head(i), bool(self.options.anchor_replacement)
 
     def refine(self, cache: DrafterCache, tokens: torch.Tensor, start: int, logits: torch.Tensor, passes: int, refreshes: int,
-               rows: PredictedRows | None = None, stats=None):
+               context_rows: PredictedRows | None = None, stats=None):
         """J Jacobi passes with a context refresh before each of the first R (Appendix D). Returns (tokens, logits)."""
         fixed = 0
         gamma = tokens.numel() - 1
+        block_rows = None
         for r in range(passes):
             if r < refreshes:
-                tokens, fixed, rows, replaced = self.refresh(tokens, start, fixed, rows)
+                tokens, fixed, block_rows, replaced = self.refresh(tokens, start, fixed, context_rows)
                 if stats is not None:
                     stats.refreshes += 1
                     stats.anchor_replacements += int(replaced)
             if fixed >= gamma:
                 break
+            rows = block_rows if context_rows is None else context_rows.cat(block_rows)
             new, new_logits = self.draft_pass(cache, tokens, start, fixed, rows)
             logits = torch.cat([logits[:fixed], new_logits], 0)
             if torch.equal(new, tokens) and r + 1 >= refreshes:
@@ -223,6 +216,15 @@ class ForesightEngine:
         noise = src[torch.randint(0, src.numel(), (bsz, gamma - 1), generator=g)]
         inputs = torch.cat([anchors[:, None], noise], 1)
         ids, logits = self.drafter.draft_blocks(cache, inputs.to(self.drafter.device), starts, None, extra)
+        if self.options.num_context_refreshes > 0:  # refreshes differ per block: refine one by one
+            out_ids, out_logits = [], []
+            for b in range(bsz):
+                tokens = torch.cat([anchors[b : b + 1], ids[b].cpu()])
+                tokens, lg = self.refine(cache, tokens, int(starts[b]), logits[b], self.options.num_jacobi_passes,
+                                         self.options.num_context_refreshes, context_rows=rows.head(int(ks[b]) + 1))
+                out_ids.append(tokens[1:])
+                out_logits.append(lg)
+            return torch.stack(out_ids), torch.stack(out_logits)
         for _ in range(self.options.num_jacobi_passes):
             inputs = torch.cat([anchors[:, None].to(ids.device), ids[:, :-1]], 1)
             new, logits = self.drafter.draft_blocks(cache, inputs, starts, None, extra)

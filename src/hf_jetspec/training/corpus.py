@@ -57,3 +57,23 @@ class CorpusCollator:
             "response_start": torch.tensor([f["response_start"] for f in features], dtype=torch.long),
             "length": torch.tensor(lengths, dtype=torch.long),
         }
+
+
+def load_training_corpus(tokenizer, corpus: str = "sharegpt", num_sequences: int = 4000, seq_len: int = 384, seed: int = 0) -> list[dict]:
+    """Tokenised, shuffled training sequences from ShareGPT (``"sharegpt"``) or a local JSONL of chats.
+
+    Each JSONL line holds ``{"messages": [...]}``. Sequences keep at most ``seq_len`` tokens, half
+    of them prompt at most, and at least 64 response tokens.
+    """
+    import json
+    import random
+
+    from ..data import sharegpt_chats
+
+    if corpus == "sharegpt":
+        chats = sharegpt_chats()
+    else:
+        chats = (json.loads(line)["messages"] for line in open(corpus) if line.strip())
+    out = build_corpus(tokenizer, chats, max_length=seq_len, min_response_tokens=64, limit=num_sequences, max_prompt_tokens=seq_len // 2)
+    random.Random(seed).shuffle(out)
+    return out
