@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from hf_jetspec import JetSpecDrafter, load_target
-from hf_jetspec.bench import build_items
+from hf_jetspec.bench import acceptance_on_items, build_items
 from hf_jetspec.data import load_eval_prompts
 
 
@@ -37,7 +37,7 @@ def main() -> None:
 
     target, tok = load_target(args.target)
     items = build_items(tok, target, load_eval_prompts(args.prompts, limit=args.limit, offset=args.offset), args.max_new_tokens)
-    refs = {}
+    refs: dict = {}
     rows = []
     folders = sorted(Path(args.checkpoints).glob("checkpoint-*"), key=lambda p: int(re.findall(r"\d+", p.name)[-1]))
     if args.steps:
@@ -48,19 +48,9 @@ def main() -> None:
         drafter = JetSpecDrafter.from_pretrained(str(folder), dtype=torch.float32).eval()
         row = {"step": step, "checkpoint": str(folder)}
         for j in [int(x) for x in args.jacobi_passes.split(",")]:
-            drafter.drafting_config = drafter.drafting_config.replace(num_jacobi_passes=j, budget=args.budget)
-            committed = rounds = 0
-            exact = True
-            for item_id, ids in items:
-                mask = torch.ones_like(ids)
-                out = target.generate(ids, attention_mask=mask, assistant_model=drafter, do_sample=False, max_new_tokens=args.max_new_tokens)
-                if item_id not in refs:
-                    refs[item_id] = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=args.max_new_tokens)
-                exact &= torch.equal(out, refs[item_id])
-                committed += drafter.generation_stats.committed_tokens
-                rounds += drafter.generation_stats.rounds
-            row[f"tau_J{j}"] = committed / rounds
-            row[f"exact_J{j}"] = exact
+            r = acceptance_on_items(target, drafter, items, args.max_new_tokens, refs, num_jacobi_passes=j, budget=args.budget)
+            row[f"tau_J{j}"] = r["tau"]
+            row[f"exact_J{j}"] = r["exact"]
         rows.append(row)
         print(row, flush=True)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)

@@ -104,3 +104,21 @@ def test_drafting_options_are_validated():
         DraftingConfig(cache_size=0)
     with pytest.raises(ValueError, match="pipeline"):
         DraftingConfig(pipeline="gpu")
+
+
+def test_record_fit_and_serve_calibrated_rule(setup, tmp_path):
+    """Rounds recorded on some prompts fit a calibration that then serves other prompts, exactly."""
+    from hf_jetspec.foresight import ForesightCalibration
+    from hf_jetspec.foresight.calibrate import fit_calibration, record_rounds
+
+    target, drafter, prompts = setup
+    drafter.drafting_config = DraftingConfig(budget=8, num_jacobi_passes=1)
+    items = [(str(i), prompts[i : i + 1]) for i in range(4, 10)]
+    records = record_rounds(target, drafter, items, max_new_tokens=40, progress=False)
+    assert len(records) > 20 and all(r.realized is not None for r in records)
+    cal = fit_calibration(records, miscoverage=0.2, budget=8)
+    cal.save(tmp_path)
+    drafter.attach_foresight(drafter.foresight[0], ForesightCalibration.load(tmp_path))
+    for conformal in (False, True):
+        stats = run(target, drafter, prompts, budget=8, foresight=True, cache_size=4, conformal=conformal, record_rounds=True)
+        assert all(len(r.selected) <= 4 for s in stats for r in s.foresight_records)

@@ -40,3 +40,16 @@ def test_bench_schema(tmp_path):
     assert "| jetspec |" in markdown_table(result)
     with pytest.raises(ValueError, match="unknown method"):
         BenchConfig(methods=("ar", "medusa"))
+
+
+def test_bench_with_shipped_foresight_adapter():
+    """`bench --foresight --cache-size 4 --context-refreshes 1` with the adapter shipped for SmolLM2."""
+    from hf_jetspec.bench import BenchConfig, run_bench
+
+    cfg = BenchConfig(prompts="gsm8k", limit=1, max_new_tokens=24, methods=("ar", "jetspec"), warmup_tokens=4,
+                      foresight=True, cache_size=4, context_refreshes=1, jacobi_passes=1)
+    m = run_bench(cfg, progress=False)["methods"]["jetspec"]
+    assert m["exact_match_vs_ar"] == 1.0
+    assert m["hit_rate"] is not None and 0.0 <= m["hit_rate"] <= 1.0
+    assert m["calibrated"] is True and m["adapter"].endswith("jetspec-smollm2-135m-foresight")
+    assert m["exposed_draft_ms_per_round"] > 0 and m["context_refreshes"] > 0

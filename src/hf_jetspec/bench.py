@@ -199,6 +199,32 @@ def build_items(tokenizer, target, prompts, max_new_tokens: int) -> list[tuple[s
     return items
 
 
+def acceptance_on_items(target, drafter, items, max_new_tokens: int, references: dict | None = None, **options) -> dict:
+    """Greedy tau of ``drafter`` (with drafting ``options``) over ``items``; outputs checked against AR.
+
+    ``references`` caches the target's own greedy outputs by item id across calls. No timing, so it
+    may run on a busy machine.
+    """
+    references = {} if references is None else references
+    saved = drafter.drafting_config
+    drafter.drafting_config = saved.replace(**options)
+    committed = rounds = 0
+    exact = True
+    try:
+        for item_id, ids in items:
+            mask = torch.ones_like(ids)
+            with torch.no_grad():
+                out = target.generate(ids, attention_mask=mask, assistant_model=drafter, do_sample=False, max_new_tokens=max_new_tokens)
+                if item_id not in references:
+                    references[item_id] = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens)
+            exact &= torch.equal(out, references[item_id])
+            committed += drafter.generation_stats.committed_tokens
+            rounds += drafter.generation_stats.rounds
+    finally:
+        drafter.drafting_config = saved
+    return {"tau": committed / max(rounds, 1), "rounds": rounds, "exact": bool(exact)}
+
+
 def run_bench(config: BenchConfig, progress: bool = True) -> dict:
     """Run the benchmark described by ``config`` and return the result dict (also saved if ``output``)."""
     from tqdm.auto import tqdm

@@ -80,9 +80,11 @@ class JetSpecCandidateGenerator(CandidateGenerator):
                 self._stream = torch.cuda.Stream(device=self.drafter.device)
         self.pipeline_mode = mode
 
-    def _foresight_job(self, *args, **kwargs):
+    def _foresight_job(self, *args, ready=None, **kwargs):
         t0 = time.perf_counter()
         if self._stream is not None:
+            if ready is not None:  # start after the drafting work the main stream queued before verification
+                self._stream.wait_event(ready)
             with torch.cuda.stream(self._stream):
                 out = self.engine.predraft(*args, **kwargs)
                 event = torch.cuda.Event()
@@ -98,7 +100,11 @@ class JetSpecCandidateGenerator(CandidateGenerator):
                 self.stats.worker_failures += 1
                 self._pending = None
         else:
-            self._pending = self._executor.submit(self._foresight_job, *args, **kwargs)
+            ready = None
+            if self._stream is not None:
+                ready = torch.cuda.Event()
+                ready.record()
+            self._pending = self._executor.submit(self._foresight_job, *args, ready=ready, **kwargs)
 
     def _collect(self):
         """Wait for the foresight work of the previous round; a failure only means a miss."""

@@ -146,6 +146,19 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(hidden_size, eps)
         self.post_attention_layernorm = RMSNorm(hidden_size, eps)
 
+    @classmethod
+    def from_config(cls, config) -> "DecoderLayer":
+        """A layer shaped by a drafter/adapter config (hidden, intermediate, heads, head_dim, eps, bias)."""
+        return cls(
+            config.hidden_size,
+            config.intermediate_size,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            config.head_dim,
+            config.rms_norm_eps,
+            config.attention_bias,
+        )
+
     def context_kv(self, context: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """Keys/values this layer exposes for (already projected) context features."""
         return self.self_attn.project_kv(self.input_layernorm(context), cos, sin)

@@ -137,18 +137,7 @@ class JetSpecDrafter(PreTrainedModel):
         n_read = len(config.target_layer_ids)
         self.fc = nn.Linear(n_read * config.target_hidden_size, config.hidden_size, bias=False)
         self.context_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.layers = nn.ModuleList(
-            DecoderLayer(
-                config.hidden_size,
-                config.intermediate_size,
-                config.num_attention_heads,
-                config.num_key_value_heads,
-                config.head_dim,
-                config.rms_norm_eps,
-                config.attention_bias,
-            )
-            for _ in range(config.num_hidden_layers)
-        )
+        self.layers = nn.ModuleList(DecoderLayer.from_config(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         if config.block_inputs == "mask":
             self.mask_embedding = nn.Parameter(torch.zeros(config.hidden_size))

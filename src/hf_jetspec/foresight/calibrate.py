@@ -41,10 +41,20 @@ def record_rounds(target, drafter, items: Iterable[tuple[str, torch.Tensor]], ma
     return records
 
 
+def _compact(obj):
+    """Floats to 4 significant digits (records are large: two top-33 lists per block row)."""
+    if isinstance(obj, float):
+        return float(f"{obj:.4g}")
+    if isinstance(obj, (list, tuple)):
+        return [_compact(x) for x in obj]
+    return obj
+
+
 def save_records(records: list[ForesightRecord], path: str | os.PathLike) -> None:
+    """One JSON object per round (floats kept to 4 significant digits)."""
     with open(path, "w") as f:
         for r in records:
-            f.write(json.dumps(dataclasses.asdict(r)) + "\n")
+            f.write(json.dumps({k: _compact(v) for k, v in dataclasses.asdict(r).items()}) + "\n")
 
 
 def load_records(path: str | os.PathLike) -> list[ForesightRecord]:

@@ -37,21 +37,7 @@ class ForesightAdapter(PreTrainedModel):
 
     def __init__(self, config: ForesightAdapterConfig):
         super().__init__(config)
-        self.stacks = nn.ModuleList(
-            nn.ModuleList(
-                DecoderLayer(
-                    config.hidden_size,
-                    config.intermediate_size,
-                    config.num_attention_heads,
-                    config.num_key_value_heads,
-                    config.head_dim,
-                    config.rms_norm_eps,
-                    config.attention_bias,
-                )
-                for _ in src
-            )
-            for src in config.source_layers
-        )
+        self.stacks = nn.ModuleList(nn.ModuleList(DecoderLayer.from_config(config) for _ in src) for src in config.source_layers)
         self.__dict__["_target"] = None
         self.post_init()
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from transformers import Trainer, TrainingArguments
+from transformers import TrainingArguments
 
-from ..foresight.modeling_adapter import ForesightAdapter, gap_recovered, state_prediction_loss
+from ..foresight.modeling_adapter import gap_recovered, state_prediction_loss
+from .base import FrozenTargetTrainer
 from .blocks import sample_anchor_positions
 
 
@@ -26,7 +27,7 @@ class ForesightTrainingArguments(TrainingArguments):
             raise ValueError("block_size must be >= 2")
 
 
-class ForesightAdapterTrainer(Trainer):
+class ForesightAdapterTrainer(FrozenTargetTrainer):
     """Trains a :class:`~hf_jetspec.foresight.ForesightAdapter` (the ``model``) against a frozen ``target``.
 
     Every step runs the target once over the batch (read-layer states, no gradient), places
@@ -36,19 +37,6 @@ class ForesightAdapterTrainer(Trainer):
     loss: ``gap_recovered``, the share of the gap between copying the last verified state and the
     true states that the predictions close.
     """
-
-    def __init__(self, model: ForesightAdapter, args: ForesightTrainingArguments, target=None, **kwargs):
-        if target is None:
-            raise ValueError("ForesightAdapterTrainer needs the frozen target: ForesightAdapterTrainer(model=adapter, target=target, ...)")
-        super().__init__(model=model, args=args, **kwargs)
-        target.eval()
-        for p in target.parameters():
-            p.requires_grad_(False)
-        self.target = target
-        model.attach_target(target)
-        self.model_accepts_loss_kwargs = False
-        self._noise = torch.Generator().manual_seed(args.noise_seed)
-        self._metrics: dict[str, list[float]] = {}
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         args: ForesightTrainingArguments = self.args
@@ -77,13 +65,3 @@ class ForesightAdapterTrainer(Trainer):
                 copy = states[torch.arange(bsz)[:, None], (anchors - 1).clamp(min=0).to(states.device)][:, :, None, :].expand_as(true)
                 self._record("gap_recovered", gap_recovered(pred[keep], true[keep.to(true.device)], copy[keep.to(copy.device)]))
         return (loss, pred) if return_outputs else loss
-
-    def _record(self, name: str, value: float) -> None:
-        self._metrics.setdefault(name, []).append(value)
-
-    def log(self, logs: dict, *args, **kwargs) -> None:
-        for name, values in self._metrics.items():
-            if values:
-                logs[name] = sum(values) / len(values)
-        self._metrics = {}
-        super().log(logs, *args, **kwargs)

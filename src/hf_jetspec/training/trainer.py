@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import torch
-from transformers import Trainer
 
-from ..modeling_drafter import JetSpecDrafter
+from .base import FrozenTargetTrainer
 from .blocks import clean_prefix_schedule, leading_matches, noisy_block_inputs, sample_anchor_positions, slot_weights
 from .config import JetSpecTrainingArguments
 from .labels import inherited_slots, ira_offsets, survival_gate
@@ -13,7 +12,7 @@ from .rollout import greedy_rollouts
 from .losses import divergence
 
 
-class JetSpecTrainer(Trainer):
+class JetSpecTrainer(FrozenTargetTrainer):
     """Trains a :class:`~hf_jetspec.JetSpecDrafter` (the ``model``) against a frozen ``target``.
 
     Every step runs the target over the batch once (read-layer states and logits, no gradient),
@@ -25,20 +24,6 @@ class JetSpecTrainer(Trainer):
     proxy under corpus conditioning).
     """
 
-    def __init__(self, model: JetSpecDrafter, args: JetSpecTrainingArguments, target=None, **kwargs):
-        if target is None:
-            raise ValueError("JetSpecTrainer needs the frozen target model: JetSpecTrainer(model=drafter, target=target, ...)")
-        super().__init__(model=model, args=args, **kwargs)
-        target.eval()
-        for p in target.parameters():
-            p.requires_grad_(False)
-        self.target = target
-        model.attach_target(target)
-        self.model_accepts_loss_kwargs = False
-        self._noise = torch.Generator().manual_seed(args.noise_seed)
-        self._metrics: dict[str, list[float]] = {}
-
-    # ----------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         args: JetSpecTrainingArguments = self.args
         drafter = model.module if hasattr(model, "module") else model
@@ -168,13 +153,3 @@ class JetSpecTrainer(Trainer):
         p_next = probs.gather(-1, nxt.to(probs.device)[..., None]).squeeze(-1).cpu()
         pos = (anchors[..., None] + torch.arange(gamma)).clamp(max=ids.shape[1] - 1)
         return survival_gate(torch.gather(p_next[:, None, :].expand(-1, anchors.shape[1], -1), 2, pos))
-
-    def _record(self, name: str, value: float) -> None:
-        self._metrics.setdefault(name, []).append(value)
-
-    def log(self, logs: dict, *args, **kwargs) -> None:
-        for name, values in self._metrics.items():
-            if values:
-                logs[name] = sum(values) / len(values)
-        self._metrics = {}
-        super().log(logs, *args, **kwargs)

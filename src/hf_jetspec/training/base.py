@@ -1,0 +1,37 @@
+"""Trainer base shared by the drafter and adapter trainers: a frozen target and logged step metrics."""
+
+from __future__ import annotations
+
+import torch
+from transformers import Trainer
+
+
+class FrozenTargetTrainer(Trainer):
+    """A ``Trainer`` whose model is an add-on of a frozen ``target`` run online in every step.
+
+    Subclasses implement ``compute_loss`` and may call :meth:`_record` for metrics that are
+    averaged over the logging interval and logged beside the loss.
+    """
+
+    def __init__(self, model, args, target=None, **kwargs):
+        if target is None:
+            raise ValueError(f"{type(self).__name__} needs the frozen target model: {type(self).__name__}(model=..., target=target, ...)")
+        super().__init__(model=model, args=args, **kwargs)
+        target.eval()
+        for p in target.parameters():
+            p.requires_grad_(False)
+        self.target = target
+        model.attach_target(target)
+        self.model_accepts_loss_kwargs = False
+        self._noise = torch.Generator().manual_seed(args.noise_seed)
+        self._metrics: dict[str, list[float]] = {}
+
+    def _record(self, name: str, value: float) -> None:
+        self._metrics.setdefault(name, []).append(value)
+
+    def log(self, logs: dict, *args, **kwargs) -> None:
+        for name, values in self._metrics.items():
+            if values:
+                logs[name] = sum(values) / len(values)
+        self._metrics = {}
+        super().log(logs, *args, **kwargs)
