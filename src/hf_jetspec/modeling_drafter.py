@@ -68,11 +68,14 @@ def target_shape_fields(target) -> dict:
     )
 
 
-def check_target_matches(config, target, kind: str, builder: str) -> None:
-    """Raise a ``ValueError`` naming both sides if ``target`` differs from the one ``config`` records."""
+def check_target_matches(config, target, kind: str, builder: str, noun: str) -> None:
+    """Raise a ``ValueError`` naming both sides if ``target`` differs from the one ``config`` records.
+
+    ``kind`` is the class name shown in the message, ``noun`` the plain word ("drafter").
+    """
     sig = target_signature(target)
     diffs = [
-        f"{key[len('target_'):]}: {kind} built for {getattr(config, key)!r}, target has {value!r}"
+        f"{key[len('target_'):]}: {noun} built for {getattr(config, key)!r}, target has {value!r}"
         for key, value in sig.items()
         if getattr(config, key) != value
     ]
@@ -83,7 +86,7 @@ def check_target_matches(config, target, kind: str, builder: str) -> None:
             f"{name!r} ({sig['target_model_type']}, hidden_size={sig['target_hidden_size']}, "
             f"{sig['target_num_hidden_layers']} layers, vocab_size={sig['target_vocab_size']}). Mismatch in "
             + "; ".join(diffs)
-            + f". Use a {kind} trained for this target, or build one with {builder}."
+            + f". Use a {noun} trained for this target, or build one with {builder}."
         )
     if target.get_input_embeddings() is None or target.get_output_embeddings() is None:
         raise ValueError("the target must expose input and output embeddings (a *ForCausalLM model)")
@@ -246,7 +249,7 @@ class JetSpecDrafter(PreTrainedModel):
     # ------------------------------------------------------------------ the target it serves
     def check_target(self, target) -> None:
         """Raise a ``ValueError`` naming both sides if ``target`` is not the one this drafter serves."""
-        check_target_matches(self.config, target, "JetSpecDrafter", "JetSpecDrafter.for_target(target)")
+        check_target_matches(self.config, target, "JetSpecDrafter", "JetSpecDrafter.for_target(target)", "drafter")
 
     def attach_target(self, target) -> None:
         """Validate and reference ``target``'s embeddings and LM head (nothing is copied)."""

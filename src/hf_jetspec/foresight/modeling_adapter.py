@@ -76,7 +76,7 @@ class ForesightAdapter(PreTrainedModel):
                 mine.load_state_dict({k: state[k].to(self.dtype) for k in mine.state_dict()})
 
     def check_target(self, target) -> None:
-        check_target_matches(self.config, target, "ForesightAdapter", "ForesightAdapter.for_target(target)")
+        check_target_matches(self.config, target, "ForesightAdapter", "ForesightAdapter.for_target(target)", "adapter")
 
     def check_drafter(self, drafter) -> None:
         if list(drafter.config.target_layer_ids) != list(self.config.target_layer_ids):
