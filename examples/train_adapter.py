@@ -29,6 +29,8 @@ def main() -> None:
     ap.add_argument("--drafter", required=True, help="drafter folder whose read layers the adapter predicts")
     ap.add_argument("--corpus", default="sharegpt")
     ap.add_argument("--layers-per-module", type=int, default=1)
+    ap.add_argument("--source-layers", default=None,
+                    help="target layers copied into each module, modules separated by ';' (e.g. '1;8;14;21;25,26,27'); overrides --layers-per-module")
     ap.add_argument("--num-sequences", type=int, default=2000)
     ap.add_argument("--seq-len", type=int, default=384)
     ap.add_argument("--batch-size", type=int, default=4)
@@ -47,7 +49,10 @@ def main() -> None:
     drafter.attach_target(target)
     corpus = load_training_corpus(tokenizer, args.corpus, args.num_sequences, args.seq_len, args.seed)
     print(f"{len(corpus)} training sequences, {sum(len(c['input_ids']) for c in corpus)} tokens")
-    adapter = ForesightAdapter.for_drafter(drafter, layers_per_module=args.layers_per_module)
+    overrides = {}
+    if args.source_layers:
+        overrides["source_layers"] = [[int(x) for x in part.split(",")] for part in args.source_layers.split(";")]
+    adapter = ForesightAdapter.for_drafter(drafter, layers_per_module=args.layers_per_module, **overrides)
 
     targs = ForesightTrainingArguments(
         output_dir=args.output_dir,

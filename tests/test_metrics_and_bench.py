@@ -53,3 +53,16 @@ def test_bench_with_shipped_foresight_adapter():
     assert m["hit_rate"] is not None and 0.0 <= m["hit_rate"] <= 1.0
     assert m["calibrated"] is True and m["adapter"].endswith("jetspec-smollm2-135m-foresight")
     assert m["exposed_draft_ms_per_round"] > 0 and m["context_refreshes"] > 0
+
+
+def test_acceptance_on_items_restores_options(trained_llama):
+    from hf_jetspec.bench import acceptance_on_items
+
+    target, drafter, prompts = trained_llama
+    before = drafter.drafting_config
+    refs: dict = {}
+    items = [(str(i), prompts[i : i + 1]) for i in range(2)]
+    r = acceptance_on_items(target, drafter, items, 24, refs, num_jacobi_passes=2, budget=8)
+    assert r["exact"] and r["tau"] > 1.0 and r["rounds"] > 0
+    assert set(refs) == {"0", "1"}  # AR references cached for the next call
+    assert drafter.drafting_config == before
