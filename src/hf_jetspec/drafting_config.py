@@ -26,6 +26,8 @@ class DraftingConfig:
             touches the global RNG, so the target's sampling stream is unaffected.
         foresight: pre-draft the next block for the most likely verification outcomes while the
             current block is verified (needs a foresight adapter: ``drafter.attach_foresight``).
+            On a hit the pre-drafted block is proposed as is; on a miss the fallback is a J0 draft
+            from the verified context (seed 000, Section 4.1).
         cache_size: outcomes pre-drafted per round (B).
         num_context_refreshes: context refreshes R <= J per round: the adapter re-predicts the
             target states of the current draft and the decoder re-scores it before a pass.
