@@ -78,7 +78,6 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jetspec-foresight")
             if mode == "stream":
                 self._stream = torch.cuda.Stream(device=self.drafter.device)
-        self.pipeline_mode = mode
 
     def _foresight_job(self, *args, ready=None, **kwargs):
         t0 = time.perf_counter()

@@ -104,27 +104,25 @@ def fit_calibration(records: list[ForesightRecord], miscoverage: float = 0.1, to
     cal = ForesightCalibration(weights=weights, beta=beta, top_candidates=top, num_rounds=len(done), budget=budget)
     scores = []
     for r in done:
-        k, a = r.realized
-        pk = cal.length_probs(torch.tensor(r.features))
-        toks, logp = decoder_anchor_logprobs(r, k, top)
-        s = 0.0
-        if a in toks:
-            s = float(pk[k] * torch.softmax(logp / beta, -1)[toks.index(a)])
-        scores.append(s)
+        scored = {(k, a): p for p, k, a in calibrated_outcome_scores(cal, r)}
+        scores.append(scored.get(tuple(r.realized), 0.0))
     cal.threshold = conformal_threshold(scores, miscoverage)
     cal.coverage = 1 - miscoverage
     return cal
 
 
+def record_rows(record: ForesightRecord) -> torch.Tensor:
+    """The decoder rows of a recorded round as a dense [gamma+1, V'] table (zero outside the kept top tokens)."""
+    vocab = 1 + max(max(r) for r in record.decoder_row_tokens)
+    rows = torch.zeros(len(record.decoder_row_tokens), vocab)
+    for k, (toks, probs) in enumerate(zip(record.decoder_row_tokens, record.decoder_row_probs)):
+        rows[k, toks] = torch.tensor(probs, dtype=torch.float32)
+    return rows
+
+
 def calibrated_outcome_scores(cal: ForesightCalibration, record: ForesightRecord) -> list[tuple[float, int, int]]:
-    """Calibrated scores of every candidate outcome of a recorded round (the served rule)."""
-    pk = cal.length_probs(torch.tensor(record.features))
-    out = []
-    for k in range(len(record.draft) + 1):
-        toks, logp = decoder_anchor_logprobs(record, k, cal.top_candidates)
-        probs = torch.softmax(logp / cal.beta, -1)
-        out.extend((float(pk[k] * p), k, t) for t, p in zip(toks, probs.tolist()))
-    return out
+    """Calibrated scores of every candidate outcome of a recorded round (the served rule, as served live)."""
+    return cal.scored_outcomes(torch.tensor(record.features), record_rows(record), torch.tensor(record.draft))
 
 
 __all__ = ["calibrated_outcome_scores", "fit_calibration", "load_records", "record_rounds", "save_records"]
