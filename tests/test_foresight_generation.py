@@ -4,15 +4,18 @@ import pytest
 import torch
 
 from hf_jetspec import DraftingConfig, JetSpecDrafter
-from hf_jetspec.foresight import ForesightAdapter, ForesightEngine, SpeculationCache
+from hf_jetspec.foresight import ForesightAdapter, ForesightEngine, LayerSkipAdapter, SpeculationCache
 from hf_jetspec.foresight.cache import CachedBlock
 
 
-@pytest.fixture
-def setup(trained_llama):
+@pytest.fixture(params=["trained", "layer-skip"])
+def setup(trained_llama, request):
     target, drafter, prompts = trained_llama
     saved = drafter.drafting_config
-    adapter = ForesightAdapter.for_drafter(drafter, layers_per_module=2).eval()
+    if request.param == "trained":
+        adapter = ForesightAdapter.for_drafter(drafter, layers_per_module=2).eval()
+    else:  # every layer but the first: exact context, one skipped layer
+        adapter = LayerSkipAdapter.for_drafter(drafter, list(range(1, max(drafter.config.target_layer_ids) + 1)))
     drafter.attach_foresight(adapter)
     yield target, drafter, prompts
     drafter.drafting_config = saved

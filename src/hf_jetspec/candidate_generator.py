@@ -69,7 +69,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         adapter.attach_target(target)
         decoder = ForesightDecoder(target, max(self.layer_ids))
         self.engine = ForesightEngine(self.drafter, adapter, decoder, calibration, self.options)
-        wanted = sorted({i + 1 for i in self.layer_ids} | set(decoder.state_indices))
+        wanted = sorted({i + 1 for i in self.layer_ids} | set(decoder.state_indices) | set(adapter.state_indices))
         self.model_kwargs_overrides = {"output_hidden_states": wanted}
         mode = self.options.pipeline
         if mode == "auto":

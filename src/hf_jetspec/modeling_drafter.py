@@ -262,15 +262,18 @@ class JetSpecDrafter(PreTrainedModel):
 
     def attach_foresight(self, adapter, calibration=None) -> None:
         """Use ``adapter`` (a :class:`~hf_jetspec.foresight.ForesightAdapter` for this drafter's read
-        layers) and an optional fitted :class:`~hf_jetspec.foresight.ForesightCalibration` for
+        layers, or a training-free :class:`~hf_jetspec.foresight.LayerSkipAdapter`) and an optional fitted :class:`~hf_jetspec.foresight.ForesightCalibration` for
         foresight drafting and context refresh (``drafting_config.foresight`` /
         ``num_context_refreshes``). ``adapter`` may be a folder, loaded with ``from_pretrained``.
         The adapter is referenced, not saved with the drafter."""
-        from .foresight import ForesightAdapter, ForesightCalibration
+        from .foresight import ForesightAdapter, ForesightCalibration, LayerSkipAdapter
 
         if isinstance(adapter, (str, os.PathLike)):
             folder = adapter
-            adapter = ForesightAdapter.from_pretrained(folder, dtype=self.dtype).to(self.device)
+            if LayerSkipAdapter.is_folder(folder):
+                adapter = LayerSkipAdapter.from_pretrained(folder)
+            else:
+                adapter = ForesightAdapter.from_pretrained(folder, dtype=self.dtype).to(self.device)
             if calibration is None and os.path.isfile(os.path.join(folder, "foresight_calibration.json")):
                 calibration = ForesightCalibration.load(folder)
         adapter.check_drafter(self)

@@ -8,6 +8,7 @@ from .calibration import ForesightCalibration
 from .configuration_adapter import ForesightAdapterConfig
 from .decoder import ForesightDecoder
 from .engine import ForesightEngine, ForesightRecord
+from .layer_skip import LayerSkipAdapter, LayerSkipAdapterConfig
 from .modeling_adapter import ForesightAdapter
 
 AutoConfig.register(ForesightAdapterConfig.model_type, ForesightAdapterConfig, exist_ok=True)
@@ -21,5 +22,7 @@ __all__ = [
     "ForesightDecoder",
     "ForesightEngine",
     "ForesightRecord",
+    "LayerSkipAdapter",
+    "LayerSkipAdapterConfig",
     "SpeculationCache",
 ]

@@ -32,12 +32,14 @@ class PredictedRows:
     states: torch.Tensor  # [1, E, n_read * H]
     decoder_inputs: list[torch.Tensor]  # per reused decoder layer: [1, E, H]
     positions: torch.Tensor  # [E]
+    adapter_inputs: list[torch.Tensor] = field(default_factory=list)  # per layer of a LayerSkipAdapter: [1, E, H]
 
     def __len__(self) -> int:
         return int(self.positions.numel())
 
     def head(self, count: int) -> "PredictedRows":
-        return PredictedRows(self.states[:, :count], [h[:, :count] for h in self.decoder_inputs], self.positions[:count])
+        return PredictedRows(self.states[:, :count], [h[:, :count] for h in self.decoder_inputs], self.positions[:count],
+                             [h[:, :count] for h in self.adapter_inputs])
 
     def cat(self, other: "PredictedRows | None") -> "PredictedRows":
         if other is None or len(other) == 0:
@@ -46,6 +48,7 @@ class PredictedRows:
             torch.cat([self.states, other.states], 1),
             [torch.cat([a, b], 1) for a, b in zip(self.decoder_inputs, other.decoder_inputs)],
             torch.cat([self.positions, other.positions]),
+            [torch.cat([a, b], 1) for a, b in zip(self.adapter_inputs, other.adapter_inputs)],
         )
 
 
@@ -96,7 +99,8 @@ class ForesightEngine:
     # ------------------------------------------------------------------ verified context
     def observe(self, read_states: torch.Tensor, hidden_states, count: int, positions: torch.Tensor) -> None:
         """Add verified rows: read-layer states [1, T, n*H] and the target's hidden-state tuple."""
-        self.adapter.append_context(self.adapter_cache, read_states, positions)
+        layer_inputs = [hidden_states[i][:, :count] for i in self.adapter.state_indices]
+        self.adapter.append_context(self.adapter_cache, read_states, positions, layer_inputs=layer_inputs)
         self.decoder.append_context(self.decoder_cache, [hidden_states[i][:, :count] for i in self.decoder.state_indices], positions)
 
     # ------------------------------------------------------------------ scoring
@@ -106,13 +110,13 @@ class ForesightEngine:
         a_extra = d_extra = None
         if rows is not None and len(rows):
             vis = torch.ones(1, len(rows), dtype=torch.bool)
-            a_extra = (self.adapter.extra_context(rows.states, rows.positions), vis)
+            a_extra = (self.adapter.extra_context(rows.states, rows.positions, rows.adapter_inputs), vis)
             d_extra = (self.decoder.extra_context(rows.decoder_inputs, rows.positions), vis)
-        pred = self.adapter.predict(self.adapter_cache, tokens[None].to(self.adapter.device), start_t, a_extra)
+        pred, a_inputs = self.adapter.predict(self.adapter_cache, tokens[None].to(self.adapter.device), start_t, a_extra, return_layer_inputs=True)
         top = pred[..., -self.adapter.config.hidden_size :]
         logits, dec_inputs = self.decoder.logits(self.decoder_cache, top.to(self.decoder.head.weight.device), start_t, d_extra, return_layer_inputs=True)
         positions = torch.arange(start, start + tokens.numel())
-        return BlockScore(PredictedRows(pred, dec_inputs, positions), torch.softmax(logits[0].float(), -1))
+        return BlockScore(PredictedRows(pred, dec_inputs, positions, a_inputs), torch.softmax(logits[0].float(), -1))
 
     # ------------------------------------------------------------------ drafting passes
     def draft_pass(self, cache: DrafterCache, tokens: torch.Tensor, start: int, fixed: int, rows: PredictedRows | None):

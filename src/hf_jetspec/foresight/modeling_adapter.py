@@ -122,8 +122,13 @@ class ForesightAdapter(PreTrainedModel):
     def new_cache(self) -> DrafterCache:
         return DrafterCache(self.num_cache_layers)
 
+    @property
+    def state_indices(self) -> list[int]:
+        """Extra ``output_hidden_states`` this adapter needs: none (it reads the drafter's read layers)."""
+        return []
+
     @torch.no_grad()
-    def append_context(self, cache: DrafterCache, target_states: torch.Tensor, positions: torch.Tensor) -> None:
+    def append_context(self, cache: DrafterCache, target_states: torch.Tensor, positions: torch.Tensor, layer_inputs=None) -> None:
         """Add verified positions (true read-layer states [1, T, n*H]) to the adapter's cache."""
         cos, sin = self._rotary(positions.to(self.device)[None])
         for i, m, layer in self._flat_layers():
@@ -131,17 +136,19 @@ class ForesightAdapter(PreTrainedModel):
             cache.append(i, k, v)
 
     @torch.no_grad()
-    def extra_context(self, predicted_states: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def extra_context(self, predicted_states: torch.Tensor, positions: torch.Tensor, layer_inputs=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Keys/values of predicted rows [1, E, n*H] at ``positions`` [E] (context for pre-drafted blocks)."""
         cos, sin = self._rotary(positions.to(self.device)[None])
         return [layer.context_kv(self._slice(predicted_states.to(self.device), m), cos, sin) for _, m, layer in self._flat_layers()]
 
     @torch.no_grad()
-    def predict(self, cache: DrafterCache, block_ids: torch.Tensor, start_positions: torch.Tensor, extra: ExtraContext | None = None) -> torch.Tensor:
+    def predict(self, cache: DrafterCache, block_ids: torch.Tensor, start_positions: torch.Tensor, extra: ExtraContext | None = None,
+                return_layer_inputs: bool = False):
         """Predicted read-layer states [B, L, n*H] of blocks ``block_ids`` [B, L] starting at ``start_positions`` [B].
 
         Every block sees the whole cached context, the ``extra`` rows it is marked to see, and
-        itself causally.
+        itself causally. ``return_layer_inputs`` adds ``[]`` (the interface of
+        :class:`~hf_jetspec.foresight.LayerSkipAdapter`; this adapter's extra rows need only the states).
         """
         bsz, length = block_ids.shape
         device = self.device
@@ -154,7 +161,8 @@ class ForesightAdapter(PreTrainedModel):
             for j, layer in enumerate(stack):
                 x = layer(x, cos, sin, mask, batched_prefix(cache, stack_start + j, extra, bsz))
             preds.append(x)
-        return torch.cat(preds, dim=-1)
+        pred = torch.cat(preds, dim=-1)
+        return (pred, []) if return_layer_inputs else pred
 
     def _stack_starts(self) -> list[int]:
         out, i = [], 0

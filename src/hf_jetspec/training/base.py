@@ -18,6 +18,8 @@ class FrozenTargetTrainer(Trainer):
             raise ValueError(f"{type(self).__name__} needs the frozen target model: {type(self).__name__}(model=..., target=target, ...)")
         super().__init__(model=model, args=args, **kwargs)
         target.eval()
+        if target.device != args.device:  # the frozen target runs next to the trained model (GPU runs)
+            target.to(args.device)
         for p in target.parameters():
             p.requires_grad_(False)
         self.target = target
