@@ -85,11 +85,12 @@ def main() -> None:
     ap.add_argument("--cache-size", type=int, default=4)
     ap.add_argument("--calibration-records", default=None, help="JSONL from `hf-jetspec calibrate --records` (fits SSD's fan-out)")
     ap.add_argument("--records-output", default=None, help="save this run's recorded rounds (JSONL)")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (the pipelined row then uses a background CUDA stream)")
     ap.add_argument("--output", required=True)
     args = ap.parse_args()
 
     torch.manual_seed(0)
-    target, tok = load_target(args.target)
+    target, tok = load_target(args.target, device=args.device)
     drafter, what = load_drafter_for(target, args.target, args.drafter)
     adapter_path = args.adapter or companion_adapter_path(args.target)
     drafter.attach_foresight(str(adapter_path))
@@ -99,13 +100,15 @@ def main() -> None:
     base = drafter.drafting_config.replace(budget=args.budget, num_jacobi_passes=1, cache_size=args.cache_size, pipeline="off",
                                            foresight=False, num_context_refreshes=0, record_rounds=False)
     items = build_items(tok, target, load_eval_prompts(args.prompts, limit=args.limit, offset=args.offset), args.max_new_tokens)
+    items = [(item_id, ids.to(target.device)) for item_id, ids in items]
+    pipelined = "stream" if target.device.type == "cuda" else "thread"
 
     configs = {
         "J1-R0": base,
         "J1-R1": base.replace(num_context_refreshes=1),
         "J2-R2": base.replace(num_jacobi_passes=2, num_context_refreshes=2),
         "foresight-J1-off": base.replace(foresight=True, record_rounds=True),
-        "foresight-J1-thread": base.replace(foresight=True, pipeline="thread"),
+        f"foresight-J1-{pipelined}": base.replace(foresight=True, pipeline=pipelined),
     }
     gen = dict(do_sample=False, max_new_tokens=args.max_new_tokens, temperature=None, top_k=None, top_p=None)
     for name, cfg in configs.items():  # warm-up of every path, untimed

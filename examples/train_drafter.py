@@ -6,6 +6,11 @@
 Runs on the CPU as is, and on GPUs / several machines with `accelerate launch` (add --bf16).
 Checkpoints land in --output-dir every --save-steps; rerunning the same command resumes from the
 latest one. The final drafter is written to --output-dir/final as a Hub-ready folder.
+
+With --feature-cache DIR (built by examples/cache_features.py) the target's states and top-k
+distributions are read from disk instead of computed in every step (corpus / erase labels), so
+several epochs over one corpus cost the target forward once. --lora-rank R trains low-rank updates
+of the drafter's layers (peft), merged into the saved drafter.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from hf_jetspec import JetSpecDrafter, load_target
 from hf_jetspec.data import frequent_response_tokens
-from hf_jetspec.training import JetSpecTrainer, JetSpecTrainingArguments
+from hf_jetspec.training import FeatureCacheCollator, FeatureCacheDataset, JetSpecTrainer, JetSpecTrainingArguments
 from hf_jetspec.training.corpus import CorpusCollator, load_training_corpus
+from hf_jetspec.training.lora import lora_drafter, merged_drafter
 
 
 def main() -> None:
@@ -44,6 +50,9 @@ def main() -> None:
     ap.add_argument("--save-steps", type=int, default=50)
     ap.add_argument("--save-total-limit", type=int, default=None, help="keep only the latest N checkpoints (default: keep all, for the learning curve)")
     ap.add_argument("--divergence", default="forward_kl")
+    ap.add_argument("--feature-cache", default=None, help="train on an offline feature cache (examples/cache_features.py) instead of --corpus")
+    ap.add_argument("--num-epochs", type=float, default=None, help="with --feature-cache: epochs over the cache (overrides --max-steps)")
+    ap.add_argument("--lora-rank", type=int, default=None, help="train LoRA updates of this rank on the drafter layers (merged at the end)")
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--output-dir", required=True)
@@ -51,8 +60,13 @@ def main() -> None:
 
     torch.manual_seed(args.seed)
     target, tokenizer = load_target(args.target)
-    corpus = load_training_corpus(tokenizer, args.corpus, args.num_sequences, args.seq_len, args.seed)
-    print(f"{len(corpus)} training sequences, {sum(len(c['input_ids']) for c in corpus)} tokens")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    if args.feature_cache:
+        corpus, collator = FeatureCacheDataset(args.feature_cache), FeatureCacheCollator(pad_id)
+        print(f"{len(corpus)} cached training sequences, {corpus.info.num_tokens} tokens, top-{corpus.info.top_k} target distributions")
+    else:
+        corpus, collator = load_training_corpus(tokenizer, args.corpus, args.num_sequences, args.seq_len, args.seed), CorpusCollator(pad_id)
+        print(f"{len(corpus)} training sequences, {sum(len(c['input_ids']) for c in corpus)} tokens")
 
     overrides = {"num_hidden_layers": args.layers, "attention": args.attention}
     if args.inputs == "mask":
@@ -64,15 +78,19 @@ def main() -> None:
         drafter = JetSpecDrafter.for_target(target, init_layers_from_target=args.init_layers_from_target, **overrides)
     if args.draft_vocab_from_sharegpt:
         drafter.restrict_draft_vocab(frequent_response_tokens(tokenizer, args.draft_vocab_from_sharegpt))
+    model = lora_drafter(drafter, rank=args.lora_rank) if args.lora_rank else drafter
+    max_steps = args.max_steps
+    if args.num_epochs is not None:
+        max_steps = int(args.num_epochs * len(corpus) / args.batch_size)
 
     targs = JetSpecTrainingArguments(
         output_dir=args.output_dir,
         per_device_train_batch_size=args.batch_size,
         learning_rate=args.lr,
         lr_scheduler_type="cosine",
-        warmup_steps=min(50, args.max_steps // 10),
+        warmup_steps=min(50, max_steps // 10),
         weight_decay=0.0,
-        max_steps=args.max_steps,
+        max_steps=max_steps,
         save_steps=args.save_steps,
         save_total_limit=args.save_total_limit,
         logging_steps=10,
@@ -86,17 +104,11 @@ def main() -> None:
         divergence=args.divergence,
         slot_decay=args.slot_decay or None,
     )
-    trainer = JetSpecTrainer(
-        model=drafter,
-        args=targs,
-        target=target,
-        train_dataset=corpus,
-        data_collator=CorpusCollator(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0),
-    )
+    trainer = JetSpecTrainer(model=model, args=targs, target=target, train_dataset=corpus, data_collator=collator)
     last = get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None
     trainer.train(resume_from_checkpoint=last)
     final = os.path.join(args.output_dir, "final")
-    drafter.save_pretrained(final)
+    merged_drafter(model).save_pretrained(final)
     print(f"saved {final}")
 
 

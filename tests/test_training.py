@@ -69,3 +69,81 @@ def test_missing_target_is_an_error(tmp_path, llama_target):
         JetSpecTrainer(model=JetSpecDrafter.for_target(llama_target), args=args)
     with pytest.raises(ValueError, match="labels must be one of"):
         JetSpecTrainingArguments(output_dir=str(tmp_path), labels="magic")
+
+
+def test_topk_label_logits_hand_numbers():
+    from hf_jetspec.training.feature_cache import topk_label_logits
+
+    logits = topk_label_logits(torch.tensor([[2, 0]]), torch.tensor([[0.6, 0.3]]).log(), 4)
+    torch.testing.assert_close(torch.softmax(logits, -1), torch.tensor([[1 / 3, 0.0, 2 / 3, 0.0]]))
+
+
+@pytest.mark.parametrize("labels,draft_vocab", [("corpus", None), ("erase", None), ("corpus", 40)])
+def test_feature_cache_gives_the_online_loss(tmp_path, llama_target, labels, draft_vocab):
+    """With k = the whole vocabulary, a step on cached features has the online step's loss."""
+    from hf_jetspec.training import FeatureCacheCollator, FeatureCacheDataset, build_feature_cache
+
+    torch.manual_seed(0)
+    drafter = JetSpecDrafter.for_target(llama_target)
+    if draft_vocab:
+        drafter.restrict_draft_vocab(list(range(0, 128, 3))[:draft_vocab])
+    items = corpus(n=6)
+    info = build_feature_cache(llama_target, items, drafter.config.target_layer_ids, tmp_path / "cache", top_k=128, batch_size=4,
+                               shard_sequences=4, progress=False)
+    assert info.num_sequences == 6 and len(info.shards) == 2
+    data = FeatureCacheDataset(tmp_path / "cache")
+    assert data[5]["input_ids"].tolist() == items[5]["input_ids"]
+    args = JetSpecTrainingArguments(output_dir=str(tmp_path / "run"), report_to=[], use_cpu=True, block_size=6, blocks_per_sequence=6, labels=labels)
+    online = JetSpecTrainer(model=drafter, args=args, target=llama_target, train_dataset=items, data_collator=CorpusCollator(0))
+    offline = JetSpecTrainer(model=drafter, args=args, target=llama_target, train_dataset=data, data_collator=FeatureCacheCollator(0))
+    with torch.no_grad():
+        a = online.compute_loss(drafter, CorpusCollator(0)(items[:4]))
+        b = offline.compute_loss(drafter, FeatureCacheCollator(0)([data[i] for i in range(4)]))
+    torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-3)
+
+
+def test_feature_cache_refuses_mismatches(tmp_path, llama_target):
+    from hf_jetspec.training import FeatureCacheDataset, build_feature_cache
+
+    drafter = JetSpecDrafter.for_target(llama_target)
+    build_feature_cache(llama_target, corpus(n=2), [0], tmp_path / "cache", top_k=8, progress=False)
+    data = FeatureCacheDataset(tmp_path / "cache")
+    args = JetSpecTrainingArguments(output_dir=str(tmp_path / "run"), report_to=[], use_cpu=True)
+    with pytest.raises(ValueError, match="holds target layers"):
+        JetSpecTrainer(model=drafter, args=args, target=llama_target, train_dataset=data)
+    build_feature_cache(llama_target, corpus(n=2), drafter.config.target_layer_ids, tmp_path / "ok", top_k=8, progress=False)
+    alr = JetSpecTrainingArguments(output_dir=str(tmp_path / "run"), report_to=[], use_cpu=True, labels="alr")
+    with pytest.raises(ValueError, match="rollouts"):
+        JetSpecTrainer(model=drafter, args=alr, target=llama_target, train_dataset=FeatureCacheDataset(tmp_path / "ok"))
+    (tmp_path / "ok" / "features-00000.safetensors").write_bytes(b"\x00" * 10)
+    with pytest.raises(ValueError, match="unreadable"):
+        FeatureCacheDataset(tmp_path / "ok")[0]
+    with pytest.raises(FileNotFoundError, match="feature_cache.json"):
+        FeatureCacheDataset(tmp_path / "nowhere")
+
+
+def test_lora_trains_only_low_rank_updates_and_merges(tmp_path, llama_target):
+    from hf_jetspec.training.lora import lora_drafter, merged_drafter
+
+    torch.manual_seed(0)
+    drafter = JetSpecDrafter.for_target(llama_target, init_layers_from_target=True)
+    base_q = drafter.layers[0].self_attn.q_proj.weight.detach().clone()
+    model = lora_drafter(drafter, rank=4)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert any("lora_A" in n for n in trainable) and any(n.endswith("fc.weight") for n in trainable)
+    assert not any(n.endswith("q_proj.base_layer.weight") for n in trainable)
+    args = JetSpecTrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=8, learning_rate=5e-3,
+                                    report_to=[], logging_steps=4, save_steps=1000, block_size=6, blocks_per_sequence=6, use_cpu=True)
+    JetSpecTrainer(model=model, args=args, target=llama_target, train_dataset=corpus(), data_collator=CorpusCollator(0)).train()
+    assert torch.equal(model.get_base_model().layers[0].self_attn.q_proj.base_layer.weight, base_q)  # frozen base
+    ctx = torch.randn(1, 12, len(drafter.config.target_layer_ids) * 64)
+    block = torch.randint(0, 128, (1, 2, 5))
+    anchors = torch.tensor([[3, 8]])
+    with torch.no_grad():
+        wrapped = model(context_states=ctx, block_input_ids=block, anchor_positions=anchors).logits
+        plain = merged_drafter(model)
+        assert type(plain) is JetSpecDrafter
+        torch.testing.assert_close(plain(context_states=ctx, block_input_ids=block, anchor_positions=anchors).logits, wrapped, atol=1e-4, rtol=1e-4)
+    assert not torch.equal(plain.layers[0].self_attn.q_proj.weight, base_q)  # the update was merged in
+    plain.save_pretrained(tmp_path / "merged")
+    assert not any("lora" in k for k in JetSpecDrafter.from_pretrained(tmp_path / "merged").state_dict())

@@ -1,4 +1,4 @@
-"""JetSpecTrainer: trains a drafter against a frozen target, computing target states online."""
+"""JetSpecTrainer: trains a drafter against a frozen target, with target features online or from an offline cache."""
 
 from __future__ import annotations
 
@@ -9,20 +9,30 @@ from .blocks import clean_prefix_schedule, leading_matches, noisy_block_inputs, 
 from .config import JetSpecTrainingArguments
 from .labels import inherited_slots, ira_offsets, survival_gate
 from .rollout import greedy_rollouts
+from .feature_cache import MISSING_LOGIT, next_token_logprobs, topk_label_logits
 from .losses import divergence
 
 
 class JetSpecTrainer(FrozenTargetTrainer):
     """Trains a :class:`~hf_jetspec.JetSpecDrafter` (the ``model``) against a frozen ``target``.
 
-    Every step runs the target over the batch once (read-layer states and logits, no gradient),
-    samples ``blocks_per_sequence`` anchors per sequence in the response, builds the block inputs
+    Every step runs the target over the batch once (read-layer states and logits, no gradient)
+    -- or, when the training set is a :class:`~hf_jetspec.training.FeatureCacheDataset`, reads them
+    from the offline cache (corpus / erase labels; top-k target distributions) -- samples ``blocks_per_sequence`` anchors per sequence in the response, builds the block inputs
     (clean prefix + context noise under Jacobi forcing), and minimises the slot-weighted
     divergence between the target's distributions and the drafter's at every block position.
     Logged besides the loss: ``acc_first`` (top-1 agreement at slot 1 on fully noised blocks) and
     ``tau_est`` (1 + mean leading top-1 agreement on fully noised blocks, an acceptance-length
     proxy under corpus conditioning).
     """
+
+    def __init__(self, model, args, target=None, **kwargs):
+        super().__init__(model=model, args=args, target=target, **kwargs)
+        info = getattr(self.train_dataset, "info", None)
+        if info is not None:  # an offline feature cache (FeatureCacheDataset)
+            info.check_drafter(model)
+            if args.labels in ("alr", "alr+ira"):
+                raise ValueError(f"labels={args.labels!r} need the target's greedy rollouts, which a feature cache does not hold: train them online")
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         args: JetSpecTrainingArguments = self.args
@@ -33,14 +43,22 @@ class JetSpecTrainer(FrozenTargetTrainer):
         nb = args.blocks_per_sequence
         layer_ids = drafter.config.target_layer_ids
         use_rollouts = args.labels in ("alr", "alr+ira")
-        with torch.no_grad():
-            out = self.target(
-                input_ids=ids.to(self.target.device),
-                attention_mask=mask.to(self.target.device),
-                output_hidden_states=[i + 1 for i in layer_ids],
-                use_cache=use_rollouts,
-            )
-        states = torch.cat([out.hidden_states[i + 1] for i in layer_ids], dim=-1)
+        if "cached_states" in inputs:  # features read from an offline cache: no target forward
+            out = None
+            states = inputs["cached_states"]
+            labels_at = self._cached_labels(drafter, inputs["cached_topk_ids"].cpu(), inputs["cached_topk_logprobs"].cpu())
+            next_logprob = inputs["cached_next_logprob"].cpu()
+        else:
+            with torch.no_grad():
+                out = self.target(
+                    input_ids=ids.to(self.target.device),
+                    attention_mask=mask.to(self.target.device),
+                    output_hidden_states=[i + 1 for i in layer_ids],
+                    use_cache=use_rollouts,
+                )
+            states = torch.cat([out.hidden_states[i + 1] for i in layer_ids], dim=-1)
+            labels_at = self._online_labels(drafter, out.logits)
+            next_logprob = None if args.labels != "erase" else next_token_logprobs(out.logits, ids).cpu()
         cpu_ids = ids.cpu()
         n_secondary = int(round(nb * args.ira_fraction)) if args.labels == "alr+ira" else 0
         n_primary = nb - n_secondary
@@ -55,7 +73,7 @@ class JetSpecTrainer(FrozenTargetTrainer):
         if use_rollouts:
             blocks = self._rollout_blocks(out, states, cpu_ids, anchors, valid, gamma, n_secondary, w_slot, layer_ids)
         else:
-            blocks = self._corpus_blocks(out.logits, states, cpu_ids, anchors, valid, gamma, w_slot, args.labels)
+            blocks = self._corpus_blocks(labels_at, next_logprob, states, cpu_ids, anchors, valid, gamma, w_slot, args.labels)
         block_ids, noise_mask = noisy_block_inputs(blocks["true"], cpu_ids, blocks["noise_limits"], clean, self._noise)
 
         fwd = model(
@@ -68,7 +86,7 @@ class JetSpecTrainer(FrozenTargetTrainer):
         )
         draft_logits = fwd.logits
         label_logits = blocks["labels"]
-        if drafter.config.draft_vocab_size is not None:
+        if use_rollouts and drafter.config.draft_vocab_size is not None:
             label_logits = label_logits.index_select(-1, drafter.draft_vocab.to(label_logits.device))
         per_slot = divergence(label_logits.to(draft_logits.device), draft_logits, args.divergence)
         w = blocks["weights"].to(per_slot.device)
@@ -82,14 +100,50 @@ class JetSpecTrainer(FrozenTargetTrainer):
                 self._record("tau_est", 1.0 + leading_matches(agree, torch.ones_like(agree))[noised].float().mean().item())
         return (loss, fwd) if return_outputs else loss
 
-    def _corpus_blocks(self, target_logits, states, ids, anchors, valid, gamma, w_slot, labels):
+    @staticmethod
+    def _online_labels(drafter, target_logits):
+        """Label logits at positions ``pos`` [B, nb, gamma] from the target's logits (draft vocabulary if restricted)."""
+        vocab = None if drafter.config.draft_vocab_size is None else drafter.draft_vocab.to(target_logits.device)
+
+        def labels_at(pos):
+            picked = target_logits[torch.arange(pos.shape[0])[:, None, None], pos.to(target_logits.device)]
+            return picked if vocab is None else picked.index_select(-1, vocab)
+
+        return labels_at
+
+    @staticmethod
+    def _cached_labels(drafter, topk_ids, topk_logprobs):
+        """Label logits at ``pos`` from cached top-k log-probabilities (tokens outside the draft vocabulary dropped)."""
+        if drafter.config.draft_vocab_size is None:
+            size, index = drafter.config.target_vocab_size, None
+        else:
+            size = drafter.config.draft_vocab_size
+            index = torch.full((drafter.config.target_vocab_size,), -1, dtype=torch.long)
+            index[drafter.draft_vocab.cpu()] = torch.arange(size)
+
+        def labels_at(pos):
+            b = torch.arange(pos.shape[0])[:, None, None]
+            ids, lp = topk_ids[b, pos].long(), topk_logprobs[b, pos].float()
+            if index is not None:
+                ids = index[ids]
+                lp = torch.where(ids >= 0, lp, torch.full_like(lp, MISSING_LOGIT))
+                ids = ids.clamp(min=0)
+                # several dropped tokens now share id 0: keep the largest value written there
+                dense = torch.full((*ids.shape[:-1], size), MISSING_LOGIT)
+                return dense.scatter_reduce_(-1, ids, lp, reduce="amax")
+            return topk_label_logits(ids, lp, size)
+
+        return labels_at
+
+    def _corpus_blocks(self, labels_at, next_logprob, states, ids, anchors, valid, gamma, w_slot, labels):
         """corpus / erase: labels are the target's distributions after the corpus prefix."""
         bsz = ids.shape[0]
         pos = (anchors[..., None] + torch.arange(gamma)).clamp(max=ids.shape[1] - 1)
-        label_logits = target_logits[torch.arange(bsz)[:, None, None], pos.to(target_logits.device)]
+        label_logits = labels_at(pos)
         weights = w_slot[None, None, :] * valid[..., None].float()
         if labels == "erase":
-            weights = weights * self._survival_gate(target_logits, ids, anchors, gamma)
+            p_next = next_logprob.exp()
+            weights = weights * survival_gate(torch.gather(p_next[:, None, :].expand(-1, anchors.shape[1], -1), 2, pos))
         true = torch.gather(ids[:, None, :].expand(bsz, anchors.shape[1], -1), 2, pos)
         return {"true": true, "labels": label_logits, "weights": weights, "anchors": anchors, "noise_limits": anchors,
                 "context": states, "context_positions": None, "context_visible": None}
@@ -144,12 +198,3 @@ class JetSpecTrainer(FrozenTargetTrainer):
         return {"true": torch.cat(true, 1).cpu(), "labels": torch.cat(labels, 1), "weights": torch.cat(weights, 1),
                 "anchors": torch.cat(all_anchors, 1), "noise_limits": torch.cat(limits, 1),
                 "context": ctx_states, "context_positions": ctx_pos, "context_visible": torch.cat(vis, 1)}
-
-    @staticmethod
-    def _survival_gate(target_logits, ids, anchors, gamma):
-        """Erase weights: the target's probability of each corpus token in the block, gated."""
-        probs = torch.softmax(target_logits.float(), -1)
-        nxt = torch.cat([ids[:, 1:], ids[:, -1:]], dim=1)  # the token following each position
-        p_next = probs.gather(-1, nxt.to(probs.device)[..., None]).squeeze(-1).cpu()
-        pos = (anchors[..., None] + torch.arange(gamma)).clamp(max=ids.shape[1] - 1)
-        return survival_gate(torch.gather(p_next[:, None, :].expand(-1, anchors.shape[1], -1), 2, pos))

@@ -1,0 +1,49 @@
+"""Build an offline feature cache for drafter training: one target forward over the corpus.
+
+    python examples/cache_features.py --target smollm2-135m --drafter hub_cards/jetspec-smollm2-135m \
+        --num-sequences 2000 --seq-len 384 --top-k 64 --output runs/features-smollm2-2000
+
+Stores the target's states at the drafter's read layers (float16) and its top-k next-token
+log-probabilities (plus the corpus token's own) for every position; train on it with
+``examples/train_drafter.py --feature-cache DIR`` (corpus / erase labels), as many epochs as wanted.
+The corpus selection (--corpus, --num-sequences, --seq-len, --seed) is the training script's.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from hf_jetspec import JetSpecDrafterConfig, load_target
+from hf_jetspec.configuration_drafter import default_target_layer_ids
+from hf_jetspec.training import build_feature_cache
+from hf_jetspec.training.corpus import load_training_corpus
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", default="smollm2-135m")
+    ap.add_argument("--drafter", default=None, help="drafter folder whose read layers to store (default: the default read layers)")
+    ap.add_argument("--corpus", default="sharegpt")
+    ap.add_argument("--num-sequences", type=int, default=2000)
+    ap.add_argument("--seq-len", type=int, default=384)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--top-k", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--output", required=True)
+    args = ap.parse_args()
+
+    target, tokenizer = load_target(args.target)
+    if args.drafter:
+        layer_ids = JetSpecDrafterConfig.from_pretrained(args.drafter).target_layer_ids
+    else:
+        layer_ids = default_target_layer_ids(target.config.num_hidden_layers)
+    corpus = load_training_corpus(tokenizer, args.corpus, args.num_sequences, args.seq_len, args.seed)
+    with torch.no_grad():
+        info = build_feature_cache(target, corpus, layer_ids, args.output, top_k=args.top_k, batch_size=args.batch_size)
+    print(f"cached {info.num_sequences} sequences ({info.num_tokens} tokens, layers {layer_ids}, top-{info.top_k}) in {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""Offline feature cache: the frozen target's read-layer states and top-k distributions, on disk.
+
+Drafter training with ``corpus`` or ``erase`` labels needs, per training sequence, only what one
+target forward gives: the hidden states at the drafter's read layers and the next-token
+distribution at every position. Computing them once and reading them back over several epochs
+removes the target forward from every later step (most of a CPU step). The distribution is kept
+as its top-k log-probabilities (the rest is dropped, so the label is the target's law truncated to
+its k most likely tokens and renormalised), plus the exact log-probability of the corpus's own
+next token, which the ``erase`` survival gate needs.
+
+Layout of a cache folder: ``feature_cache.json`` (target signature, read layers, k, shards) and
+``features-NNNNN.safetensors`` shards holding, for sequence i, ``{i}.input_ids``, ``{i}.states``
+[T, n_read * H] (float16), ``{i}.topk_ids`` [T, k] (int32), ``{i}.topk_logprobs`` [T, k]
+(float16) and ``{i}.next_logprob`` [T] (float32), and ``{i}.response_start``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+from torch.utils.data import Dataset
+
+INDEX_NAME = "feature_cache.json"
+MISSING_LOGIT = -1.0e4  # logit of tokens outside the stored top-k (probability exactly 0 in float32)
+
+
+@dataclass
+class FeatureCacheInfo:
+    """What a cache holds and for which target; checked against the drafter before training."""
+
+    target_model_type: str
+    target_hidden_size: int
+    target_num_hidden_layers: int
+    target_vocab_size: int
+    target_layer_ids: list[int]
+    top_k: int
+    num_sequences: int = 0
+    num_tokens: int = 0
+    shards: list[dict] = field(default_factory=list)  # {"file": name, "first": i0, "count": n}
+
+    def check_drafter(self, drafter) -> None:
+        c = drafter.config
+        mine = (self.target_model_type, self.target_hidden_size, self.target_num_hidden_layers, self.target_vocab_size)
+        theirs = (c.target_model_type, c.target_hidden_size, c.target_num_hidden_layers, c.target_vocab_size)
+        if mine != theirs:
+            raise ValueError(f"the feature cache was made with a target {mine} (type, hidden, layers, vocab); the drafter's target is {theirs}")
+        if list(self.target_layer_ids) != list(c.target_layer_ids):
+            raise ValueError(f"the feature cache holds target layers {self.target_layer_ids} but the drafter reads {list(c.target_layer_ids)}; rebuild it")
+
+
+def topk_label_logits(topk_ids: torch.Tensor, topk_logprobs: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Dense logits [..., V] from top-k ids/log-probabilities: stored values there, ``MISSING_LOGIT`` elsewhere.
+
+    Their softmax is the target's distribution restricted to the k tokens and renormalised.
+    """
+    out = torch.full((*topk_ids.shape[:-1], vocab_size), MISSING_LOGIT, dtype=torch.float32, device=topk_ids.device)
+    return out.scatter_(-1, topk_ids.long(), topk_logprobs.float())
+
+
+def next_token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """log p(ids[t + 1] | ids[:t + 1]) for every t (the last position repeats its own token)."""
+    nxt = torch.cat([ids[:, 1:], ids[:, -1:]], dim=1)
+    return torch.log_softmax(logits.float(), -1).gather(-1, nxt.to(logits.device)[..., None]).squeeze(-1)
+
+
+@torch.no_grad()
+def build_feature_cache(target, corpus: list[dict], layer_ids: list[int], folder: str | os.PathLike, top_k: int = 64,
+                        batch_size: int = 4, shard_sequences: int = 256, progress: bool = True) -> FeatureCacheInfo:
+    """Run ``target`` once over ``corpus`` (items of :func:`~hf_jetspec.training.load_training_corpus`) and write the cache."""
+    from tqdm.auto import tqdm
+
+    cfg = target.config.get_text_config()
+    info = FeatureCacheInfo(cfg.model_type, cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size, list(layer_ids), int(top_k))
+    os.makedirs(folder, exist_ok=True)
+    pending: dict[str, torch.Tensor] = {}
+    first = 0
+    bar = tqdm(total=len(corpus), desc="caching target features", disable=not progress)
+
+    def flush(upto: int) -> None:
+        nonlocal pending, first
+        if upto == first:
+            return
+        name = f"features-{len(info.shards):05d}.safetensors"
+        save_file(pending, os.path.join(folder, name))
+        info.shards.append({"file": name, "first": first, "count": upto - first})
+        pending, first = {}, upto
+
+    target.eval()
+    for b0 in range(0, len(corpus), batch_size):
+        batch = corpus[b0 : b0 + batch_size]
+        lengths = [len(x["input_ids"]) for x in batch]
+        ids = torch.zeros(len(batch), max(lengths), dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for j, x in enumerate(batch):
+            ids[j, : lengths[j]] = torch.tensor(x["input_ids"])
+            mask[j, : lengths[j]] = 1
+        out = target(input_ids=ids.to(target.device), attention_mask=mask.to(target.device), output_hidden_states=[i + 1 for i in layer_ids])
+        states = torch.cat([out.hidden_states[i + 1] for i in layer_ids], dim=-1).to(torch.float16).cpu()
+        logp = torch.log_softmax(out.logits.float(), -1)
+        top = logp.topk(top_k, dim=-1)
+        nxt = next_token_logprobs(out.logits, ids).cpu()
+        for j, x in enumerate(batch):
+            i, n = b0 + j, lengths[j]
+            pending[f"{i}.input_ids"] = ids[j, :n].clone()
+            pending[f"{i}.response_start"] = torch.tensor([int(x["response_start"])])
+            pending[f"{i}.states"] = states[j, :n].clone()
+            pending[f"{i}.topk_ids"] = top.indices[j, :n].to(torch.int32).cpu().clone()
+            pending[f"{i}.topk_logprobs"] = top.values[j, :n].to(torch.float16).cpu().clone()
+            pending[f"{i}.next_logprob"] = nxt[j, :n].clone()
+            info.num_sequences += 1
+            info.num_tokens += n
+            if i + 1 - first >= shard_sequences:
+                flush(i + 1)
+        bar.update(len(batch))
+    flush(len(corpus))
+    bar.close()
+    with open(os.path.join(folder, INDEX_NAME), "w") as f:
+        json.dump(asdict(info), f, indent=1)
+        f.write("\n")
+    return info
+
+
+def load_feature_cache_info(folder: str | os.PathLike) -> FeatureCacheInfo:
+    path = os.path.join(folder, INDEX_NAME)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no {INDEX_NAME} in {folder}: build the cache with examples/cache_features.py (build_feature_cache)")
+    try:
+        with open(path) as f:
+            return FeatureCacheInfo(**json.load(f))
+    except (json.JSONDecodeError, TypeError) as e:
+        raise ValueError(f"{path} is not a valid feature-cache index ({e}); rebuild the cache") from e
+
+
+class FeatureCacheDataset(Dataset):
+    """Training sequences with their cached target features (one item per sequence)."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = str(folder)
+        self.info = load_feature_cache_info(folder)
+        self._where = []
+        for shard in self.info.shards:
+            path = os.path.join(self.folder, shard["file"])
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"feature-cache shard {path} is missing; rebuild the cache")
+            self._where.extend((path, shard["first"] + j) for j in range(shard["count"]))
+        self._open: dict[str, object] = {}
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def _handle(self, path: str):
+        if path not in self._open:
+            try:
+                self._open[path] = safe_open(path, framework="pt")
+            except (SafetensorError, OSError) as e:
+                raise ValueError(f"feature-cache shard {path} is unreadable ({e}); rebuild the cache") from e
+        return self._open[path]
+
+    def __getitem__(self, idx: int) -> dict:
+        path, i = self._where[idx]
+        f = self._handle(path)
+        item = {name: f.get_tensor(f"{i}.{name}") for name in ("input_ids", "states", "topk_ids", "topk_logprobs", "next_logprob")}
+        item["response_start"] = int(f.get_tensor(f"{i}.response_start")[0])
+        return item
+
+    def __getstate__(self):  # file handles do not pickle (dataloader workers reopen them)
+        return {**self.__dict__, "_open": {}}
+
+
+@dataclass
+class FeatureCacheCollator:
+    """Right-pads cached sequences and their features into a batch."""
+
+    pad_token_id: int
+
+    def __call__(self, features: list[dict]) -> dict:
+        lengths = [int(f["input_ids"].numel()) for f in features]
+        width, bsz = max(lengths), len(features)
+
+        def pad(name, fill, dtype=None):
+            ref = features[0][name]
+            out = torch.full((bsz, width, *ref.shape[1:]), fill, dtype=dtype or ref.dtype)
+            for j, f in enumerate(features):
+                out[j, : lengths[j]] = f[name]
+            return out
+
+        ids = pad("input_ids", self.pad_token_id, torch.long)
+        mask = torch.zeros(bsz, width, dtype=torch.long)
+        for j, n in enumerate(lengths):
+            mask[j, :n] = 1
+        return {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "response_start": torch.tensor([f["response_start"] for f in features], dtype=torch.long),
+            "length": torch.tensor(lengths, dtype=torch.long),
+            "cached_states": pad("states", 0.0),
+            "cached_topk_ids": pad("topk_ids", 0),
+            "cached_topk_logprobs": pad("topk_logprobs", MISSING_LOGIT),
+            "cached_next_logprob": pad("next_logprob", 0.0),
+        }
