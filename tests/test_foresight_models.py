@@ -122,6 +122,8 @@ def test_layer_skip_adapter_with_every_layer_is_exact(make, tmp_path):
     adapter.save_pretrained(tmp_path)
     again = LayerSkipAdapter.from_pretrained(tmp_path)
     assert again.config == adapter.config
+    drafter.attach_foresight(str(tmp_path))  # a folder of either kind of adapter
+    assert isinstance(drafter.foresight[0], LayerSkipAdapter) and drafter.foresight[1] is None
     (tmp_path / "layer_skip_adapter.json").write_text("{not json")
     with pytest.raises(ValueError, match="not a valid layer-skip adapter"):
         LayerSkipAdapter.from_pretrained(tmp_path)
