@@ -29,6 +29,7 @@ def main() -> None:
     ap.add_argument("--num-sequences", type=int, default=2000)
     ap.add_argument("--seq-len", type=int, default=384)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-sequences", type=int, default=0, help="skip this many qualifying chats first (fresh data after an earlier cache)")
     ap.add_argument("--top-k", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--output", required=True)
@@ -39,7 +40,7 @@ def main() -> None:
         layer_ids = JetSpecDrafterConfig.from_pretrained(args.drafter).target_layer_ids
     else:
         layer_ids = default_target_layer_ids(target.config.num_hidden_layers)
-    corpus = load_training_corpus(tokenizer, args.corpus, args.num_sequences, args.seq_len, args.seed)
+    corpus = load_training_corpus(tokenizer, args.corpus, args.num_sequences, args.seq_len, args.seed, skip=args.skip_sequences)
     with torch.no_grad():
         info = build_feature_cache(target, corpus, layer_ids, args.output, top_k=args.top_k, batch_size=args.batch_size)
     print(f"cached {info.num_sequences} sequences ({info.num_tokens} tokens, layers {layer_ids}, top-{info.top_k}) in {args.output}")

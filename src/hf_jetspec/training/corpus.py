@@ -59,11 +59,14 @@ class CorpusCollator:
         }
 
 
-def load_training_corpus(tokenizer, corpus: str = "sharegpt", num_sequences: int = 4000, seq_len: int = 384, seed: int = 0) -> list[dict]:
+def load_training_corpus(tokenizer, corpus: str = "sharegpt", num_sequences: int = 4000, seq_len: int = 384, seed: int = 0,
+                         skip: int = 0) -> list[dict]:
     """Tokenised, shuffled training sequences from ShareGPT (``"sharegpt"``) or a local JSONL of chats.
 
     Each JSONL line holds ``{"messages": [...]}``. Sequences keep at most ``seq_len`` tokens, half
-    of them prompt at most, and at least 64 response tokens.
+    of them prompt at most, and at least 64 response tokens. The first ``num_sequences`` that
+    qualify are taken after skipping ``skip`` qualifying ones (so ``skip=N`` gives data disjoint
+    from a corpus of ``num_sequences=N``), then shuffled with ``seed``.
     """
     import json
     import random
@@ -74,6 +77,6 @@ def load_training_corpus(tokenizer, corpus: str = "sharegpt", num_sequences: int
         chats = sharegpt_chats()
     else:
         chats = (json.loads(line)["messages"] for line in open(corpus) if line.strip())
-    out = build_corpus(tokenizer, chats, max_length=seq_len, min_response_tokens=64, limit=num_sequences, max_prompt_tokens=seq_len // 2)
+    out = build_corpus(tokenizer, chats, max_length=seq_len, min_response_tokens=64, limit=num_sequences + skip, max_prompt_tokens=seq_len // 2)[skip:]
     random.Random(seed).shuffle(out)
     return out
