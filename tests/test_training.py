@@ -147,3 +147,21 @@ def test_lora_trains_only_low_rank_updates_and_merges(tmp_path, llama_target):
     assert not torch.equal(plain.layers[0].self_attn.q_proj.weight, base_q)  # the update was merged in
     plain.save_pretrained(tmp_path / "merged")
     assert not any("lora" in k for k in JetSpecDrafter.from_pretrained(tmp_path / "merged").state_dict())
+
+
+def test_training_corpus_skip_gives_disjoint_data(tmp_path, smollm2):
+    import json
+
+    from hf_jetspec.training.corpus import load_training_corpus
+
+    _, tokenizer = smollm2
+    path = tmp_path / "chats.jsonl"
+    with open(path, "w") as f:
+        for i in range(10):
+            answer = " ".join(f"word{i}-{j}" for j in range(80))
+            f.write(json.dumps({"messages": [{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": answer}]}) + "\n")
+    key = lambda item: tuple(item["input_ids"])  # noqa: E731
+    first = {key(x) for x in load_training_corpus(tokenizer, str(path), num_sequences=4, seq_len=256)}
+    later = {key(x) for x in load_training_corpus(tokenizer, str(path), num_sequences=3, seq_len=256, skip=4)}
+    both = {key(x) for x in load_training_corpus(tokenizer, str(path), num_sequences=7, seq_len=256)}
+    assert len(first) == 4 and len(later) == 3 and not first & later and first | later == both
