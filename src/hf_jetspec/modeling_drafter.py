@@ -246,6 +246,14 @@ class JetSpecDrafter(PreTrainedModel):
         if self.__dict__["_target"] is not None:
             self.attach_target(self.__dict__["_target"])
 
+    def draft_index(self) -> torch.Tensor | None:
+        """Map target id -> row of the restricted draft head (-1: not draftable), on CPU; None if unrestricted."""
+        if self.config.draft_vocab_size is None:
+            return None
+        index = torch.full((self.config.target_vocab_size,), -1, dtype=torch.long)
+        index[self.draft_vocab.cpu()] = torch.arange(self.config.draft_vocab_size)
+        return index
+
     # ------------------------------------------------------------------ the target it serves
     def check_target(self, target) -> None:
         """Raise a ``ValueError`` naming both sides if ``target`` is not the one this drafter serves."""

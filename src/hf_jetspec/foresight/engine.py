@@ -89,12 +89,8 @@ class ForesightEngine:
         self.options = options
         self.adapter_cache = adapter.new_cache()
         self.decoder_cache = decoder.new_cache()
-        vocab = getattr(drafter, "draft_vocab", None) if drafter.config.draft_vocab_size is not None else None
-        self._draft_vocab = None if vocab is None else vocab.cpu()
-        self._draft_index = None
-        if vocab is not None:  # target id -> row of the draft head (-1: not draftable)
-            self._draft_index = torch.full((drafter.config.target_vocab_size,), -1, dtype=torch.long)
-            self._draft_index[self._draft_vocab] = torch.arange(self._draft_vocab.numel())
+        self._draft_vocab = None if drafter.config.draft_vocab_size is None else drafter.draft_vocab.cpu()
+        self._draft_index = drafter.draft_index()  # target id -> row of the draft head (-1: not draftable)
 
     # ------------------------------------------------------------------ verified context
     def observe(self, read_states: torch.Tensor, hidden_states, count: int, positions: torch.Tensor) -> None:

@@ -20,12 +20,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ..drafter_cache import DrafterCache, batched_prefix, context_block_mask
-from ..layers import foreign_layer_forward, project_kv
-from ..modeling_drafter import target_decoder_layers
+from ..drafter_cache import DrafterCache
+from .target_layers import TargetLayerChain
 
 CONFIG_NAME = "layer_skip_adapter.json"
-SUPPORTED_TYPES = ("llama", "qwen2", "mistral")
 
 
 @dataclass
@@ -86,7 +84,7 @@ class LayerSkipAdapter:
     def __init__(self, config: LayerSkipAdapterConfig):
         self.config = config
         self._target = None
-        self._layers: list = []
+        self._chain: TargetLayerChain | None = None
 
     # ------------------------------------------------------------------ construction / files
     @classmethod
@@ -122,22 +120,14 @@ class LayerSkipAdapter:
     # ------------------------------------------------------------------ target / drafter checks
     def attach_target(self, target) -> None:
         cfg = target.config.get_text_config()
-        if cfg.model_type not in SUPPORTED_TYPES:
-            raise ValueError(f"the layer-skip adapter supports {SUPPORTED_TYPES} targets, not {cfg.model_type!r}")
         c = self.config
         mine = (c.target_model_type, c.target_num_hidden_layers, c.target_hidden_size)
         theirs = (cfg.model_type, cfg.num_hidden_layers, cfg.hidden_size)
         if any(m is not None for m in mine) and mine != theirs:
             raise ValueError(f"this layer-skip adapter was made for a target {mine} (type, layers, hidden), not {theirs}")
-        layers = target_decoder_layers(target)
+        self._chain = TargetLayerChain(target, c.keep_layers, "layer-skip adapter")
         self._target = target
-        self._layers = [layers[i] for i in c.keep_layers]
-        base = target.get_decoder() if hasattr(target, "get_decoder") else target.model
-        self._rotary = base.rotary_emb
         self._embed = target.get_input_embeddings()
-        self.num_heads = cfg.num_attention_heads
-        self.num_kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         if c.target_hidden_size is None:
             c.target_hidden_size = cfg.hidden_size
 
@@ -171,48 +161,30 @@ class LayerSkipAdapter:
         return list(self.config.keep_layers)
 
     # ------------------------------------------------------------------ serving
+    @property
+    def chain(self) -> TargetLayerChain:
+        if self._chain is None:
+            raise RuntimeError("this adapter has no target attached: call adapter.attach_target(target)")
+        return self._chain
+
     def new_cache(self) -> DrafterCache:
         return DrafterCache(len(self.config.keep_layers))
-
-    def _kv(self, layer_inputs: list[torch.Tensor], positions: torch.Tensor):
-        x0 = layer_inputs[0]
-        cos, sin = self._rotary(x0, positions[None].to(x0.device))
-        return [project_kv(layer.self_attn, layer.input_layernorm(h.to(self.dtype)), cos, sin, self.num_kv_heads, self.head_dim)
-                for layer, h in zip(self._layers, layer_inputs)]
 
     @torch.no_grad()
     def append_context(self, cache: DrafterCache, target_states: torch.Tensor, positions: torch.Tensor, layer_inputs=None) -> None:
         """Add verified positions; ``layer_inputs`` [1, T, H] per kept layer (``hidden_states[i]`` for :attr:`state_indices`)."""
-        if not self._layers:
-            return
-        if layer_inputs is None or len(layer_inputs) != len(self._layers):
-            raise ValueError(f"the layer-skip adapter needs the target's inputs of layers {self.config.keep_layers} (state_indices)")
-        for i, (k, v) in enumerate(self._kv(layer_inputs, positions)):
-            cache.append(i, k, v)
+        self.chain.append_context(cache, [] if layer_inputs is None else layer_inputs, positions)
 
     @torch.no_grad()
     def extra_context(self, predicted_states: torch.Tensor, positions: torch.Tensor, layer_inputs=None):
         """Keys/values of predicted rows (``layer_inputs`` as returned by :meth:`predict`)."""
-        if not self._layers:
-            return []
-        if layer_inputs is None:
-            raise ValueError("the layer-skip adapter needs the predicted layer inputs of extra rows (predict(..., return_layer_inputs=True))")
-        return self._kv(layer_inputs, positions)
+        return self.chain.kv([] if layer_inputs is None else layer_inputs, positions)
 
     @torch.no_grad()
     def predict(self, cache: DrafterCache, block_ids: torch.Tensor, start_positions: torch.Tensor, extra=None, return_layer_inputs: bool = False):
         """Predicted read-layer states [B, L, n*H] of blocks ``block_ids`` [B, L] (and each kept layer's inputs)."""
-        bsz, length = block_ids.shape
-        device = self.device
-        positions = start_positions.to(device)[:, None] + torch.arange(length, device=device)
-        x = self._embed(block_ids.to(device))
-        cos, sin = self._rotary(x, positions)
-        mask = context_block_mask(bsz, length, len(cache), None if extra is None else extra[1], True, device)
-        taken = read_layer_sources(self.config.target_layer_ids, self.config.keep_layers)
-        snapshots, inputs = [x], []
-        for i, layer in enumerate(self._layers):
-            inputs.append(x)
-            x = foreign_layer_forward(layer, x, cos, sin, mask, batched_prefix(cache, i, extra, bsz), self.num_heads, self.num_kv_heads, self.head_dim)
-            snapshots.append(x)
-        pred = torch.cat([snapshots[n] for n in taken], dim=-1)
+        x = self._embed(block_ids.to(self.device))
+        out, inputs = self.chain.run(cache, x, start_positions, extra)
+        snapshots = inputs + [out]  # snapshots[n]: the running state after n kept layers
+        pred = torch.cat([snapshots[n] for n in read_layer_sources(self.config.target_layer_ids, self.config.keep_layers)], dim=-1)
         return (pred, inputs) if return_layer_inputs else pred

@@ -56,10 +56,11 @@ class FeatureCacheInfo:
 def topk_label_logits(topk_ids: torch.Tensor, topk_logprobs: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Dense logits [..., V] from top-k ids/log-probabilities: stored values there, ``MISSING_LOGIT`` elsewhere.
 
-    Their softmax is the target's distribution restricted to the k tokens and renormalised.
+    Their softmax is the target's distribution restricted to the k tokens and renormalised. Where
+    an id repeats, the largest value is kept (entries set to ``MISSING_LOGIT`` are thus harmless).
     """
     out = torch.full((*topk_ids.shape[:-1], vocab_size), MISSING_LOGIT, dtype=torch.float32, device=topk_ids.device)
-    return out.scatter_(-1, topk_ids.long(), topk_logprobs.float())
+    return out.scatter_reduce_(-1, topk_ids.long(), topk_logprobs.float(), reduce="amax")
 
 
 def next_token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

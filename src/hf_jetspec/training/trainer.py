@@ -114,23 +114,16 @@ class JetSpecTrainer(FrozenTargetTrainer):
     @staticmethod
     def _cached_labels(drafter, topk_ids, topk_logprobs):
         """Label logits at ``pos`` from cached top-k log-probabilities (tokens outside the draft vocabulary dropped)."""
-        if drafter.config.draft_vocab_size is None:
-            size, index = drafter.config.target_vocab_size, None
-        else:
-            size = drafter.config.draft_vocab_size
-            index = torch.full((drafter.config.target_vocab_size,), -1, dtype=torch.long)
-            index[drafter.draft_vocab.cpu()] = torch.arange(size)
+        index = drafter.draft_index()
+        size = drafter.config.target_vocab_size if index is None else drafter.config.draft_vocab_size
 
         def labels_at(pos):
             b = torch.arange(pos.shape[0])[:, None, None]
             ids, lp = topk_ids[b, pos].long(), topk_logprobs[b, pos].float()
-            if index is not None:
+            if index is not None:  # tokens outside the draft vocabulary are dropped (parked on row 0 as MISSING)
                 ids = index[ids]
                 lp = torch.where(ids >= 0, lp, torch.full_like(lp, MISSING_LOGIT))
                 ids = ids.clamp(min=0)
-                # several dropped tokens now share id 0: keep the largest value written there
-                dense = torch.full((*ids.shape[:-1], size), MISSING_LOGIT)
-                return dense.scatter_reduce_(-1, ids, lp, reduce="amax")
             return topk_label_logits(ids, lp, size)
 
         return labels_at
