@@ -46,7 +46,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     target, tokenizer = load_target(args.target)
     drafter = JetSpecDrafter.from_pretrained(args.drafter, dtype=torch.float32)
-    drafter.attach_target(target)
+    drafter.attach_target(target, follow_dtype=False)
     corpus = load_training_corpus(tokenizer, args.corpus, args.num_sequences, args.seq_len, args.seed)
     print(f"{len(corpus)} training sequences, {sum(len(c['input_ids']) for c in corpus)} tokens")
     overrides = {}

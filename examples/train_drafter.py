@@ -73,7 +73,7 @@ def main() -> None:
         overrides["block_inputs"] = "mask"
     if args.init_from:
         drafter = JetSpecDrafter.from_pretrained(args.init_from, dtype=torch.float32)
-        drafter.attach_target(target)
+        drafter.attach_target(target, follow_dtype=False)
     else:
         drafter = JetSpecDrafter.for_target(target, init_layers_from_target=args.init_layers_from_target, **overrides)
     if args.draft_vocab_from_sharegpt:

@@ -16,10 +16,10 @@ def greedy_pair(target, drafter, prompt, **kwargs):
 @pytest.mark.parametrize("which", ["trained_llama", "trained_qwen"])
 @pytest.mark.parametrize("budget", [4, 16, 32])
 @pytest.mark.parametrize("passes", [0, 1, 2, 3])
-def test_often_accepting_drafter_is_exact(request, which, budget, passes):
+@pytest.mark.parametrize("policy", [True, False])
+def test_often_accepting_drafter_is_exact(request, which, budget, passes, policy):
     target, drafter, prompts = request.getfixturevalue(which)
-    drafter.drafting_config.budget = budget
-    drafter.drafting_config.num_jacobi_passes = passes
+    drafter.drafting_config = drafter.drafting_config.replace(budget=budget, num_jacobi_passes=passes, policy=policy)
     taus = []
     for i in range(3):
         ref, out = greedy_pair(target, drafter, prompts[i : i + 1], max_new_tokens=48)
@@ -139,3 +139,24 @@ def test_real_smollm2_random_drafter_is_exact(smollm2):
     ref = model.generate(**enc, **kwargs)
     out = model.generate(**enc, assistant_model=drafter, **kwargs)
     assert torch.equal(ref, out) and tok.decode(out[0]).endswith("5. 5")
+
+
+@pytest.mark.parametrize("target_fixture", ["llama_target", "qwen_target"])
+def test_policy_rounds_of_every_kind_are_exact(request, target_fixture):
+    """Plain steps (L = 0), n-gram proposals and n-gram-seeded drafter blocks, all token-exact."""
+    target = request.getfixturevalue(target_fixture)
+    torch.manual_seed(0)
+    drafter = JetSpecDrafter.for_target(target).eval()
+    drafter.output_memory.clear()
+    sources: dict = {}
+    seeded = 0
+    for i, prompt in enumerate([torch.randint(0, 100, (1, 7)), torch.tensor([[5, 6, 7, 8] * 3])]):
+        ref, out = greedy_pair(target, drafter, prompt, max_new_tokens=64)
+        assert torch.equal(ref, out)
+        stats = drafter.generation_stats
+        assert sum(stats.source_counts.values()) == stats.rounds == len(stats.chosen_lengths)
+        for k, v in stats.source_counts.items():
+            sources[k] = sources.get(k, 0) + v
+        seeded += stats.seeded_drafter_runs
+    assert sources.get("plain", 0) > 0 and sources.get("ngram", 0) > 0
+    assert seeded > 0  # the repeated prompt has an n-gram continuation from the first round on

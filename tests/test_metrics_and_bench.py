@@ -25,7 +25,8 @@ def test_bench_schema(tmp_path):
     from hf_jetspec.bench import BenchConfig, markdown_table, run_bench
 
     out = tmp_path / "r.json"
-    cfg = BenchConfig(prompts="mt-bench", limit=1, max_new_tokens=8, methods=("ar", "prompt-lookup", "jetspec"), warmup_tokens=4, output=str(out))
+    cfg = BenchConfig(prompts="mt-bench", limit=1, max_new_tokens=8, methods=("ar", "prompt-lookup", "jetspec"), warmup_tokens=4, output=str(out),
+                      dtype="float32")
     result = run_bench(cfg, progress=False)
     saved = json.loads(out.read_text())
     assert saved["methods"].keys() == {"ar", "prompt-lookup", "jetspec"} and (tmp_path / "r.png").is_file()
@@ -38,20 +39,44 @@ def test_bench_schema(tmp_path):
     assert saved["config"]["num_items"] == 2  # both MT-Bench turns
     assert {"torch", "transformers", "device", "threads"} <= saved["environment"].keys()
     assert "| jetspec |" in markdown_table(result)
+    assert saved["config"]["target_dtype"] == "float32" and "native_bf16" in saved["environment"]
+    jet = saved["methods"]["jetspec"]
+    assert sum(jet["source_counts"].values()) == jet["rounds"] and jet["cost_model"]["verify_ms"]
+    assert saved["methods"]["jetspec"]["divergences"] == [] and saved["methods"]["jetspec"]["tie_explained_vs_ar"] is None
     with pytest.raises(ValueError, match="unknown method"):
         BenchConfig(methods=("ar", "medusa"))
 
 
+@pytest.mark.slow
+def test_bench_bf16_scores_divergences():
+    """`bench --dtype bfloat16` writes the tie margin, the divergences and the tie-explained share per method."""
+    from hf_jetspec.bench import BenchConfig, run_bench
+
+    cfg = BenchConfig(prompts="gsm8k", limit=1, max_new_tokens=12, methods=("ar", "jetspec", "jetspec-fixed"), warmup_tokens=4,
+                      dtype="bfloat16", tie_margin_items=1)
+    result = run_bench(cfg, progress=False)
+    assert result["config"]["dtype"] == "bfloat16" and result["config"]["target_dtype"] == "bfloat16"
+    assert result["numerics"]["tie_margin"] > 0 and result["numerics"]["noise_positions"] > 0
+    for name in ("jetspec", "jetspec-fixed"):
+        m = result["methods"][name]
+        assert isinstance(m["divergences"], list) and 0.0 <= m["tie_explained_vs_ar"] <= 1.0
+        for d in m["divergences"]:
+            assert {"prompt_index", "position", "ar_token", "method_token", "fp32_margin"} <= d.keys()
+    assert result["methods"]["jetspec-fixed"]["drafting_config"]["policy"] is False
+    assert result["methods"]["jetspec"]["drafting_config"]["policy"] is True
+
+
+@pytest.mark.slow
 def test_bench_with_shipped_foresight_adapter():
     """`bench --foresight --cache-size 4 --context-refreshes 1` with the adapter shipped for SmolLM2."""
     from hf_jetspec.bench import BenchConfig, run_bench
 
-    cfg = BenchConfig(prompts="gsm8k", limit=1, max_new_tokens=24, methods=("ar", "jetspec"), warmup_tokens=4,
+    cfg = BenchConfig(prompts="gsm8k", limit=1, max_new_tokens=24, methods=("ar", "jetspec"), warmup_tokens=4, dtype="float32",
                       foresight=True, cache_size=4, context_refreshes=1, jacobi_passes=1)
     m = run_bench(cfg, progress=False)["methods"]["jetspec"]
     assert m["exact_match_vs_ar"] == 1.0
     assert m["hit_rate"] is not None and 0.0 <= m["hit_rate"] <= 1.0
-    assert m["calibrated"] is True and m["adapter"].endswith("jetspec-smollm2-135m-foresight")
+    assert m["calibrated"] is True and m["adapter"].endswith("jetspec-smollm2-135m-foresight-layerskip")
     assert m["exposed_draft_ms_per_round"] > 0 and m["context_refreshes"] > 0
 
 

@@ -102,8 +102,10 @@ def target():
 
 
 @pytest.mark.parametrize("kwargs", [{"temperature": 1.0, "top_k": 0}, {"temperature": 0.7, "top_k": 3}])
-def test_sampled_joint_matches_exact_law(target, kwargs):
+@pytest.mark.parametrize("policy", [True, False])
+def test_sampled_joint_matches_exact_law(target, kwargs, policy):
     drafter = sharp_drafter(target)
+    drafter.drafting_config = drafter.drafting_config.replace(policy=policy)
     processors = [TemperatureLogitsWarper(kwargs["temperature"])]
     if kwargs["top_k"]:
         processors.append(TopKLogitsWarper(kwargs["top_k"]))
@@ -117,6 +119,7 @@ def test_sampled_joint_matches_exact_law(target, kwargs):
 def test_softmax_as_proposal_is_detected(target, monkeypatch):
     monkeypatch.setattr(cg, "JetSpecCandidateGenerator", SoftmaxAsProposal)
     drafter = sharp_drafter(target)
+    drafter.drafting_config = drafter.drafting_config.replace(policy=False)  # every round drafts a full block
     law = exact_joint(target, [TemperatureLogitsWarper(1.0)])
     counts = empirical(target, drafter, temperature=1.0, top_k=0)
     assert chi2_pvalue(law, counts) < 1e-3

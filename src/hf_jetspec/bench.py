@@ -7,7 +7,10 @@ warm-up. Metrics are computed with the package's ``evaluate`` modules.
 Methods:
     ar              the target's own ``generate`` (greedy or sampled)
     prompt-lookup   transformers' prompt lookup decoding (``prompt_lookup_num_tokens``)
-    jetspec         ``generate(assistant_model=JetSpecDrafter)``
+    jetspec         ``generate(assistant_model=JetSpecDrafter)`` (round policy per ``--policy``, on by default)
+    jetspec-fixed   the same drafter, policy off: a full ``budget``-token block every round
+    jetspec-length  policy with verify-length selection only (no n-gram proposals or seeding)
+    jetspec-ngram   policy with n-gram proposals, drafter blocks not seeded by them
     assisted        transformers' classic assistant model (the 0.5B model for Qwen2.5-Coder-1.5B)
 """
 
@@ -24,7 +27,14 @@ from pathlib import Path
 
 import torch
 
-METHODS = ("ar", "prompt-lookup", "jetspec", "assisted")
+JETSPEC_VARIANTS = {
+    # name: drafting-config changes on top of the bench's jetspec options
+    "jetspec": {},
+    "jetspec-fixed": {"policy": False},  # every round verifies a full budget-token drafter block
+    "jetspec-length": {"policy": True, "ngram": False, "ngram_seed": False},  # verify-length selection only
+    "jetspec-ngram": {"policy": True, "ngram": True, "ngram_seed": False},  # + n-gram proposals
+}
+METHODS = ("ar", "prompt-lookup", *JETSPEC_VARIANTS, "assisted")
 DEFAULT_ASSISTANTS = {"qwen2.5-coder-1.5b": "qwen2.5-coder-0.5b"}
 
 
@@ -52,6 +62,9 @@ class BenchConfig:
     warmup_tokens: int = 32
     seed: int = 0
     output: str | None = None
+    dtype: str = "auto"
+    policy: bool = True
+    tie_margin_items: int = 4
 
     def __post_init__(self):
         self.methods = tuple(self.methods)
@@ -80,6 +93,10 @@ class MethodRecord:
     cache_hits: int = 0
     refreshes: int = 0
     peak_memory_mb: float = 0.0
+    sources: dict = field(default_factory=dict)
+    chosen_lengths: list[int] = field(default_factory=list)
+    drafter_runs: int = 0
+    cost_model: dict = field(default_factory=dict)
 
 
 class RoundCounter:
@@ -148,6 +165,7 @@ def _environment(device: torch.device) -> dict:
     import transformers
 
     from . import __version__
+    from .dtypes import describe_capability
 
     env = {
         "hf_jetspec": __version__,
@@ -157,6 +175,7 @@ def _environment(device: torch.device) -> dict:
         "device": str(device),
         "threads": torch.get_num_threads(),
         "cpu": _cpu_name(),
+        **describe_capability(device),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
     if device.type == "cuda":
@@ -225,21 +244,33 @@ def acceptance_on_items(target, drafter, items, max_new_tokens: int, references:
     return {"tau": committed / max(rounds, 1), "rounds": rounds, "exact": bool(exact)}
 
 
-def run_bench(config: BenchConfig, progress: bool = True) -> dict:
-    """Run the benchmark described by ``config`` and return the result dict (also saved if ``output``)."""
-    from tqdm.auto import tqdm
+@dataclass
+class BenchSetup:
+    """Everything ``run_bench`` loaded: models, items, generation kwargs and per-method extras."""
 
+    target: object
+    tokenizer: object
+    items: list
+    gen_kwargs: dict
+    extra: dict
+    drafter: object = None
+    assistant: object = None
+    memories: dict = field(default_factory=dict)
+
+
+def load_bench(config: BenchConfig) -> BenchSetup:
+    """Load the target (in ``config.dtype``), the drafter / assistant the methods need, and the items."""
     from .data import load_eval_prompts
-    from .metrics import load as load_metric
     from .targets import load_drafter_for, load_target
 
     torch.manual_seed(config.seed)
-    target, tokenizer = load_target(config.target)
+    target, tokenizer = load_target(config.target, dtype=config.dtype)
     device = target.device
     prompts = load_eval_prompts(config.prompts, limit=config.limit, seed=config.seed, offset=config.offset)
     extra: dict = {}
     drafter = assistant = None
-    if "jetspec" in config.methods:
+    variants = [m for m in config.methods if m in JETSPEC_VARIANTS]
+    if variants:
         drafter, what = load_drafter_for(target, config.target, config.drafter)
         changes = {
             "budget": config.budget,
@@ -248,9 +279,17 @@ def run_bench(config: BenchConfig, progress: bool = True) -> dict:
             "cache_size": config.cache_size,
             "num_context_refreshes": config.context_refreshes,
             "pipeline": config.pipeline,
+            "policy": config.policy,
         }
         drafter.drafting_config = drafter.drafting_config.replace(**{k: v for k, v in changes.items() if v is not None})
-        extra["jetspec"] = {"drafter": what, "drafting_config": asdict(drafter.drafting_config), "drafter_params_mb": _param_mb(drafter)}
+        for name in variants:
+            options = drafter.drafting_config.replace(**JETSPEC_VARIANTS[name])
+            extra[name] = {
+                "drafter": what,
+                "drafting_config": asdict(options),
+                "drafter_params_mb": _param_mb(drafter),
+                "acceptance_calibrated": drafter.acceptance_model.calibrated,
+            }
         if drafter.drafting_config.needs_foresight_models:
             from .targets import companion_adapter_path
 
@@ -258,13 +297,14 @@ def run_bench(config: BenchConfig, progress: bool = True) -> dict:
             if adapter is None:
                 raise ValueError(f"foresight / context refresh need a foresight adapter: pass --adapter (none is shipped for {config.target!r})")
             drafter.attach_foresight(str(adapter))
-            extra["jetspec"]["adapter"] = str(config.adapter or Path(adapter).relative_to(Path(adapter).parents[1]))
-            extra["jetspec"]["calibrated"] = drafter.foresight[1] is not None
+            for name in variants:
+                extra[name]["adapter"] = str(config.adapter or Path(adapter).relative_to(Path(adapter).parents[1]))
+                extra[name]["calibrated"] = drafter.foresight[1] is not None
     if "assisted" in config.methods:
         name = config.assistant or DEFAULT_ASSISTANTS.get(config.target)
         if name is None:
             raise ValueError(f"no default assistant model for {config.target!r}: pass --assistant")
-        assistant, _ = load_target(name, device=device)
+        assistant, _ = load_target(name, device=device, dtype=target.dtype)
         extra["assisted"] = {"assistant": name, "assistant_params_mb": _param_mb(assistant)}
     if "prompt-lookup" in config.methods:
         extra["prompt-lookup"] = {"prompt_lookup_num_tokens": config.prompt_lookup_tokens}
@@ -276,19 +316,35 @@ def run_bench(config: BenchConfig, progress: bool = True) -> dict:
         gen_kwargs.update(temperature=config.temperature, top_k=0, top_p=1.0)
     else:
         gen_kwargs.update(temperature=None, top_k=None, top_p=None)
+    return BenchSetup(target, tokenizer, items, gen_kwargs, extra, drafter, assistant)
 
-    def method_kwargs(name):
-        if name == "prompt-lookup":
-            return {"prompt_lookup_num_tokens": config.prompt_lookup_tokens}
-        if name == "jetspec":
-            return {"assistant_model": drafter}
-        if name == "assisted":
-            return {"assistant_model": assistant}
-        return {}
+
+def _use_method(setup: BenchSetup, config: BenchConfig, name: str) -> dict:
+    """Generate kwargs of one method; for a jetspec variant, switch the drafter to its options and memory."""
+    if name == "prompt-lookup":
+        return {"prompt_lookup_num_tokens": config.prompt_lookup_tokens}
+    if name in JETSPEC_VARIANTS:
+        from .drafting_config import DraftingConfig
+        from .policy import OutputMemory
+
+        drafter = setup.drafter
+        drafter.drafting_config = DraftingConfig(**setup.extra[name]["drafting_config"])
+        drafter.__dict__["_output_memory"] = setup.memories.setdefault(name, OutputMemory())  # no variant learns from another's outputs
+        return {"assistant_model": drafter}
+    if name == "assisted":
+        return {"assistant_model": setup.assistant}
+    return {}
+
+
+def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True) -> dict[str, MethodRecord]:
+    """Warm every method up, then run them interleaved prompt by prompt (rotating order)."""
+    from tqdm.auto import tqdm
+
+    target, device = setup.target, setup.target.device
 
     def run_one(name, ids, seed, max_new_tokens):
         counter = RoundCounter()
-        kwargs = {**gen_kwargs, "max_new_tokens": max_new_tokens, **method_kwargs(name)}
+        kwargs = {**setup.gen_kwargs, "max_new_tokens": max_new_tokens, **_use_method(setup, config, name)}
         torch.manual_seed(seed)
         ids = ids.to(device)
         with PeakMemory(device) as mem:
@@ -300,8 +356,11 @@ def run_bench(config: BenchConfig, progress: bool = True) -> dict:
             elapsed = time.perf_counter() - t0
         return out[0, ids.shape[1] :].tolist(), elapsed, counter, mem.peak_mb
 
+    items = setup.items
     for name in config.methods:  # warm-up: every code path once, untimed
         run_one(name, items[0][1], config.seed, config.warmup_tokens)
+    for memory in setup.memories.values():  # the warm-up output must not help the timed runs
+        memory.clear()
 
     records = {name: MethodRecord(name) for name in config.methods}
     bar = tqdm(total=len(items) * len(config.methods), desc="bench", disable=not progress)
@@ -314,17 +373,8 @@ def run_bench(config: BenchConfig, progress: bool = True) -> dict:
             rec.seconds.append(elapsed)
             rec.outputs.append(tokens)
             rec.peak_memory_mb = max(rec.peak_memory_mb, peak)
-            if name == "jetspec":
-                stats = drafter.generation_stats
-                rec.committed.append(stats.committed_tokens)
-                rec.rounds.append(stats.rounds)
-                rec.accepted.append(list(stats.accepted_lengths))
-                rec.draft_time_s += stats.draft_time_s
-                rec.verify_time_s += stats.verify_time_s
-                rec.background_time_s += stats.background_time_s
-                rec.cache_lookups += stats.cache_lookups
-                rec.cache_hits += stats.cache_hits
-                rec.refreshes += stats.refreshes
+            if name in JETSPEC_VARIANTS:
+                _add_generation_stats(rec, setup.drafter.generation_stats)
             elif name != "ar":
                 rec.committed.append(sum(counter.chunks))
                 rec.rounds.append(len(counter.chunks))
@@ -332,8 +382,89 @@ def run_bench(config: BenchConfig, progress: bool = True) -> dict:
             bar.update(1)
             bar.set_postfix_str(f"{item_id} {name} {len(tokens) / elapsed:.1f} tok/s")
     bar.close()
+    return records
+
+
+def _add_generation_stats(rec: MethodRecord, stats) -> None:
+    rec.committed.append(stats.committed_tokens)
+    rec.rounds.append(stats.rounds)
+    rec.accepted.append(list(stats.accepted_lengths))
+    rec.draft_time_s += stats.draft_time_s
+    rec.verify_time_s += stats.verify_time_s
+    rec.background_time_s += stats.background_time_s
+    rec.cache_lookups += stats.cache_lookups
+    rec.cache_hits += stats.cache_hits
+    rec.refreshes += stats.refreshes
+    rec.chosen_lengths += stats.chosen_lengths
+    rec.drafter_runs += stats.drafter_runs
+    for source, count in stats.source_counts.items():
+        rec.sources[source] = rec.sources.get(source, 0) + count
+    if stats.cost_model:
+        rec.cost_model = stats.cost_model
+
+
+def measure_tie_margin(target, tokenizer, config: BenchConfig) -> dict:
+    """The target's logit noise in its dtype (1-token steps against 16-token forwards) on held-out prompts.
+
+    The prompts are ``tie_margin_items`` of the same set, taken after the benchmarked ones
+    (``offset + limit + 100``), continued by the target's own greedy decoding.
+    """
+    from .data import load_eval_prompts
+    from .numerics import logit_noise, tie_margin_from_noise
+
+    offset = config.offset + (config.limit or 0) + 100
+    prompts = load_eval_prompts(config.prompts, limit=config.tie_margin_items, seed=config.seed, offset=offset)
+    items = build_items(tokenizer, target, prompts, min(config.max_new_tokens, 128))[: config.tie_margin_items]
+    noise = []
+    for _, ids in items:
+        ids = ids.to(target.device)
+        with torch.no_grad():
+            out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=min(config.max_new_tokens, 128))
+        noise.append(logit_noise(target, out, ids.shape[1], block=16).cpu())
+    values = torch.cat(noise)
+    return {
+        "tie_margin": tie_margin_from_noise(values, 0.999),
+        "noise_quantile": 0.999,
+        "noise_positions": int(values.numel()),
+        "noise_max": float(values.max()),
+        "noise_median": float(values.median()),
+        "prompts_offset": offset,
+        "block": 16,
+    }
+
+
+def score_divergences(config: BenchConfig, setup: BenchSetup, records: dict[str, MethodRecord], tie: dict) -> dict[str, dict]:
+    """Per method: the first divergence from AR on every prompt where they differ, scored in fp32."""
+    from .numerics import score_divergence, tie_explained
+    from .targets import load_target
+
+    reference = setup.target
+    if setup.target.dtype != torch.float32:
+        reference, _ = load_target(config.target, dtype=torch.float32, device=setup.target.device)
+    ar = records["ar"]
+    out = {}
+    for name, rec in records.items():
+        if name == "ar":
+            continue
+        divs = []
+        for i, (item_id, ids) in enumerate(setup.items):
+            d = score_divergence(reference, ids, ar.outputs[i], rec.outputs[i], i)
+            if d is not None:
+                divs.append(d)
+        out[name] = {
+            "divergences": [d.to_dict() for d in divs],
+            "tie_explained_vs_ar": tie_explained(divs, tie["tie_margin"]) if tie else None,
+        }
+    return out
+
+
+def summarise(config: BenchConfig, setup: BenchSetup, records: dict[str, MethodRecord], numerics: dict | None) -> dict:
+    """The result dict: per-method metrics (through the ``evaluate`` modules), config and environment."""
+    from .dtypes import dtype_name
+    from .metrics import load as load_metric
 
     acceptance, speedup, exact = load_metric("acceptance_length"), load_metric("speedup"), load_metric("exact_match")
+    sampling = config.temperature > 0
     ar = records.get("ar")
     methods = {}
     for name, rec in records.items():
@@ -357,7 +488,9 @@ def run_bench(config: BenchConfig, progress: bool = True) -> dict:
             entry["speedup_vs_ar"] = speedup.compute(tokens=rec.tokens, seconds=rec.seconds, baseline_tokens=ar.tokens, baseline_seconds=ar.seconds)["speedup"]
             if not sampling:
                 entry["exact_match_vs_ar"] = exact.compute(predictions=rec.outputs, references=ar.outputs)["exact_match"]
-        if name == "jetspec":
+        if name in JETSPEC_VARIANTS:
+            from .stats import accept_length_histogram
+
             n_rounds = max(1, sum(rec.rounds))
             entry.update(
                 draft_time_s=rec.draft_time_s,
@@ -366,14 +499,37 @@ def run_bench(config: BenchConfig, progress: bool = True) -> dict:
                 background_draft_ms_per_round=1000 * rec.background_time_s / n_rounds,
                 hit_rate=rec.cache_hits / rec.cache_lookups if rec.cache_lookups else None,
                 context_refreshes=rec.refreshes,
+                source_counts=rec.sources or None,
+                chosen_length_hist=accept_length_histogram(rec.chosen_lengths) if rec.chosen_lengths else None,
+                drafter_runs=rec.drafter_runs,
+                cost_model=rec.cost_model or None,
             )
-        entry.update(extra.get(name, {}))
+        if numerics and name in numerics.get("methods", {}):
+            entry.update(numerics["methods"][name])
+        entry.update(setup.extra.get(name, {}))
         methods[name] = entry
     result = {
         "methods": methods,
-        "config": asdict(config) | {"num_items": len(items), "items": [i for i, _ in items]},
-        "environment": _environment(device),
+        "config": asdict(config) | {"num_items": len(setup.items), "items": [i for i, _ in setup.items], "target_dtype": dtype_name(setup.target.dtype)},
+        "environment": _environment(setup.target.device),
     }
+    if numerics:
+        result["numerics"] = {k: v for k, v in numerics.items() if k != "methods"}
+    return result
+
+
+def run_bench(config: BenchConfig, progress: bool = True) -> dict:
+    """Run the benchmark described by ``config`` and return the result dict (also saved if ``output``).
+
+    Outside fp32, greedy runs also measure the target's tie margin and score every divergence from AR
+    in fp32 (:mod:`hf_jetspec.numerics`)."""
+    setup = load_bench(config)
+    records = run_methods(setup, config, progress)
+    numerics = None
+    if config.temperature == 0 and "ar" in records and len(records) > 1:
+        tie = measure_tie_margin(setup.target, setup.tokenizer, config) if setup.target.dtype != torch.float32 and config.tie_margin_items > 0 else {}
+        numerics = {**tie, "methods": score_divergences(config, setup, records, tie)}
+    result = summarise(config, setup, records, numerics)
     if config.output:
         out = Path(config.output)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -51,8 +51,13 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self._pending = None
         self._executor = None
         self._stream = None
+        self._ctx_len = 0
+        self._pending_ctx: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.policy = options.uses_policy
         if options.needs_foresight_models:
             self._init_foresight(target)
+        if self.policy:
+            self._init_policy(target)
         drafter.__dict__["_active_generator"] = self
 
     # ------------------------------------------------------------------ foresight set-up
@@ -78,6 +83,20 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jetspec-foresight")
             if mode == "stream":
                 self._stream = torch.cuda.Stream(device=self.drafter.device)
+
+    # ------------------------------------------------------------------ round policy set-up
+    def _init_policy(self, target) -> None:
+        from .policy import CostModel, DraftGate, NgramIndex, cost_profile_for
+
+        opts = self.options
+        sizes, seconds = cost_profile_for(target, opts.budget)
+        self.cost = CostModel(sizes, seconds)
+        self.gate = DraftGate()
+        self.index = NgramIndex(max_ngram=opts.max_ngram)
+        self.memory = self.drafter.output_memory if opts.output_memory else None
+        self.acceptance = self.drafter.acceptance_model
+        self._last_choice = None
+        self._last_ids = None
 
     def _foresight_job(self, *args, ready=None, **kwargs):
         t0 = time.perf_counter()
@@ -125,6 +144,11 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+        if self.policy:
+            if self.memory is not None and self._last_ids is not None:
+                self.memory.add_sequence(self._last_ids[0].tolist())
+                self._last_ids = None
+            self.stats.cost_model = self.cost.summary(self.options.budget - 1)
 
     def _new_context_states(self, model_outputs, count: int) -> torch.Tensor:
         hidden = getattr(model_outputs, "hidden_states", None)
@@ -147,24 +171,32 @@ class JetSpecCandidateGenerator(CandidateGenerator):
 
         t0 = time.perf_counter()
         cur_len = input_ids.shape[1]
-        new_rows = cur_len - 1 - len(self.cache)
+        new_rows = cur_len - 1 - self._ctx_len
         if new_rows < 1 or (not self._is_prefill and new_rows != n_last_matches + 1):
             raise RuntimeError(
-                f"drafter cache out of sync: {len(self.cache)} cached positions, {cur_len - 1} verified "
+                f"drafter cache out of sync: {self._ctx_len} cached positions, {cur_len - 1} verified "
                 f"positions, {n_last_matches} matches reported"
             )
         # wait for the foresight worker before touching any cache it reads
         pending = self._collect() if self.engine is not None else None
         states = self._new_context_states(model_outputs, new_rows)
-        positions = torch.arange(len(self.cache), cur_len - 1)
-        self.drafter.append_context(self.cache, states, positions)
+        positions = torch.arange(self._ctx_len, cur_len - 1)
+        self._ctx_len = cur_len - 1
+        if self.policy:  # the drafter cache is filled only when the drafter runs
+            self._pending_ctx.append((states, positions))
+        else:
+            self.drafter.append_context(self.cache, states, positions)
         if self.engine is not None:
             self.engine.observe(states, model_outputs.hidden_states, new_rows, positions)
         self._is_prefill = False
 
         gamma = min(self.options.budget - 1, self.max_length - cur_len - 1)
-        if gamma <= 0:
+        if gamma <= 0:  # the last token before max_length: a plain step
             self._proposed = 0
+            if self.policy:
+                self._last_choice = None
+                self.stats.chosen_lengths.append(0)
+                self.stats.round_sources.append("plain")
             self._t_verify_start = time.perf_counter()
             self.stats.draft_time_s += self._t_verify_start - t0
             return input_ids, None
@@ -172,6 +204,16 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         device = self.drafter.device
         seq = input_ids[0].to(device)
         anchor, context = seq[-1:], seq[:-1]
+        if self.policy:
+            tokens = self._policy_round(input_ids, anchor, context, gamma, cur_len)
+            self._proposed = len(tokens)
+            candidates = input_ids
+            if tokens:
+                extra = torch.tensor(tokens, dtype=input_ids.dtype, device=input_ids.device)[None]
+                candidates = torch.cat([input_ids, extra], dim=-1)
+            self._t_verify_start = time.perf_counter()
+            self.stats.draft_time_s += self._t_verify_start - t0
+            return candidates, None
         if self.engine is None:
             draft = self._draft(anchor, context, gamma, cur_len)
         else:
@@ -241,3 +283,101 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             return
         self.stats.verify_time_s += elapsed
         self.stats.record_round(accepted=n, committed=n + 1, drafted=self._proposed)
+        if self.policy:
+            self._after_policy_round(input_ids, n, elapsed)
+
+    # ------------------------------------------------------------------ the round policy
+    def _flush_context(self) -> None:
+        """Bring the drafter cache up to date with the verified positions it has not seen yet."""
+        if not self._pending_ctx:
+            return
+        states = torch.cat([s for s, _ in self._pending_ctx], dim=1)
+        positions = torch.cat([p for _, p in self._pending_ctx])
+        self._pending_ctx.clear()
+        self.drafter.append_context(self.cache, states, positions)
+
+    def _scored_draft(self, anchor, context, gamma, cur_len, seed_tokens):
+        """J0 (seeded by ``seed_tokens`` where given, noise after) and the Jacobi passes.
+
+        Returns ``(draft [gamma] on CPU, features [gamma, 4], passes run)``. A position's
+        ``agreed`` feature says whether the final pass returned the token that position held in its
+        inputs (the previous pass's draft, or the seed)."""
+        from .policy import acceptance_features
+
+        drafter = self.drafter
+        seed = torch.tensor(list(seed_tokens[: gamma - 1]), dtype=anchor.dtype, device=anchor.device)
+        noise = sample_noise_tokens(context, gamma - 1 - seed.numel(), self.generator)
+        inputs = initial_block_inputs(anchor, torch.cat([seed, noise]))
+        noise_mask = None
+        if drafter.config.block_inputs == "mask":
+            noise_mask = torch.arange(gamma, device=drafter.device) > seed.numel()
+        draft, logits = drafter.draft_block(self.cache, inputs, cur_len - 1, noise_mask, return_logits=True)
+        passes = 1
+        for _ in range(self.options.num_jacobi_passes):
+            new_inputs = torch.cat([anchor, draft[:-1]])
+            if torch.equal(new_inputs, inputs):
+                break  # a fixed point: another pass returns the same draft
+            inputs = new_inputs
+            draft, logits = drafter.draft_block(self.cache, inputs, cur_len - 1, return_logits=True)
+            passes += 1
+        top1 = torch.softmax(logits.float(), dim=-1).amax(-1)
+        agreed = torch.zeros(gamma, dtype=torch.bool, device=draft.device)
+        agreed[:-1] = draft[:-1] == inputs[1:]
+        return draft.cpu(), acceptance_features(top1.cpu(), agreed.cpu()), passes
+
+    def _policy_round(self, input_ids, anchor, context, gamma, cur_len) -> list[int]:
+        """Choose this round's candidate (see :mod:`hf_jetspec.policy`) and return its tokens."""
+        from .policy import AcceptanceRecord, Candidate, RoundChoice, VerifyChoice, best_candidate, choose_verify_length, propose_ngram
+
+        opts = self.options
+        self.index.extend(input_ids[0, len(self.index.tokens) :].tolist())
+        costs = self.cost.verify_costs(gamma)
+        proposal = propose_ngram(self.index, self.memory, gamma) if opts.ngram or opts.ngram_seed else None
+        candidates = []
+        free_rate = 1.0 / costs[0]
+        if proposal is not None and opts.ngram:
+            probs = self.drafter.output_memory.accept_probs(proposal)
+            candidates.append(Candidate("ngram", proposal.tokens, probs))
+            free_rate = max(free_rate, choose_verify_length(probs, costs).rate)
+        record = opts.record_acceptance
+        passes_cost = self.cost.draft_cost(1 + opts.num_jacobi_passes)
+        if record or self.gate.should_draft(free_rate):
+            t0 = time.perf_counter()
+            self._flush_context()
+            seed = proposal.tokens if (proposal is not None and opts.ngram_seed) else []
+            draft, features, passes = self._scored_draft(anchor, context, gamma, cur_len, seed)
+            self.cost.observe_draft(passes, time.perf_counter() - t0)
+            self.stats.drafter_runs += 1
+            self.stats.seeded_drafter_runs += int(bool(seed))
+            probs = self.acceptance.accept_probs(features).tolist()
+            value = choose_verify_length(probs, costs, draft_cost=passes_cost).rate
+            self.gate.observe(value, free_rate)
+            candidates.append(Candidate("drafter", draft.tolist(), probs))
+            if record:  # calibration rounds verify the whole drafted block
+                self._record = AcceptanceRecord(features.tolist(), accepted=0, verified=gamma)
+                choice = RoundChoice("drafter", draft.tolist(), VerifyChoice(gamma, 1.0, 1.0))
+                self._last_choice = (choice, proposal)
+                self.stats.chosen_lengths.append(gamma)
+                self.stats.round_sources.append("drafter")
+                return choice.tokens
+        else:
+            self.gate.skipped()
+        choice = best_candidate(candidates, costs)
+        self._last_choice = (choice, proposal)
+        self.stats.chosen_lengths.append(choice.choice.length)
+        self.stats.round_sources.append(choice.source)
+        return choice.tokens
+
+    def _after_policy_round(self, input_ids, accepted: int, elapsed: float) -> None:
+        self._last_ids = input_ids
+        self.cost.observe_verify(self._proposed + 1, elapsed)
+        if self._last_choice is None:
+            return
+        choice, proposal = self._last_choice
+        if choice.source == "ngram" and proposal is not None:
+            self.drafter.output_memory.observe(proposal, verified=self._proposed, accepted=accepted)
+        record = getattr(self, "_record", None)
+        if record is not None:
+            record.accepted = accepted
+            self.stats.acceptance_records.append(record)
+            self._record = None

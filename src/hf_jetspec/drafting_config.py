@@ -39,6 +39,23 @@ class DraftingConfig:
             ``cache_size``) instead of always ``cache_size``.
         record_rounds: keep per-round foresight records (decoder scores, features, realised
             outcome) in ``generation_stats.foresight_records`` for calibration and replay.
+        policy: choose each round what to verify (:mod:`hf_jetspec.policy`): a plain target step,
+            the n-gram proposal or the drafter's block, truncated to the length ``L <= budget - 1``
+            with the most expected committed tokens per second under the measured cost model; the
+            drafter runs only when it is expected to pay for itself. With ``policy=False`` every
+            round verifies a full ``budget``-token drafter block. Foresight rounds
+            (``foresight`` / ``num_context_refreshes``) always use full blocks.
+        ngram: with the policy, also propose n-gram continuations: the longest earlier match of
+            the sequence's suffix (up to ``max_ngram`` tokens), else a match in earlier outputs of
+            this process (``output_memory``).
+        ngram_seed: with the policy, an n-gram continuation seeds the drafter's block instead of
+            noise, and the Jacobi passes refine it.
+        max_ngram: longest suffix matched by the n-gram source.
+        output_memory: keep this process's earlier sequences in ``drafter.output_memory`` and
+            propose from them.
+        record_acceptance: record per-round acceptance features in
+            ``generation_stats.acceptance_records`` (for ``hf-jetspec calibrate-policy``); the
+            drafter then drafts and verifies a full block every round.
     """
 
     budget: int = 16
@@ -51,6 +68,12 @@ class DraftingConfig:
     pipeline: str = "auto"
     conformal: bool = False
     record_rounds: bool = False
+    policy: bool = True
+    ngram: bool = True
+    ngram_seed: bool = True
+    max_ngram: int = 4
+    output_memory: bool = True
+    record_acceptance: bool = False
 
     def __post_init__(self):
         self.validate()
@@ -67,12 +90,19 @@ class DraftingConfig:
                 f"num_context_refreshes must be an int in 0..num_jacobi_passes ({self.num_jacobi_passes}): a refresh "
                 f"runs between two passes; got {self.num_context_refreshes!r}"
             )
+        if not isinstance(self.max_ngram, int) or self.max_ngram < 1:
+            raise ValueError(f"max_ngram must be an int >= 1, got {self.max_ngram!r}")
         if self.pipeline not in PIPELINES:
             raise ValueError(f"pipeline must be one of {PIPELINES}, got {self.pipeline!r}")
 
     @property
     def needs_foresight_models(self) -> bool:
         return self.foresight or self.num_context_refreshes > 0
+
+    @property
+    def uses_policy(self) -> bool:
+        """Whether rounds go through the round policy (on, and no foresight models in use)."""
+        return (self.policy or self.record_acceptance) and not self.needs_foresight_models
 
     @classmethod
     def field_names(cls) -> set[str]:

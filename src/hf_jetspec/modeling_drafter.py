@@ -152,6 +152,8 @@ class JetSpecDrafter(PreTrainedModel):
         self.__dict__["_target"] = None
         self.__dict__["_head_weight"] = None
         self.__dict__["_foresight"] = None
+        self.__dict__["_acceptance"] = None
+        self.__dict__["_output_memory"] = None
         self.post_init()
 
     def _init_weights(self, module):
@@ -185,7 +187,7 @@ class JetSpecDrafter(PreTrainedModel):
         drafter.to(device=target.device)
         if init_layers_from_target:
             drafter.init_layers_from_target(target)
-        drafter.attach_target(target)
+        drafter.attach_target(target, follow_dtype=False)
         return drafter
 
     @torch.no_grad()
@@ -221,6 +223,7 @@ class JetSpecDrafter(PreTrainedModel):
         if drafting_config is None:
             drafting_config = _load_drafting_config(pretrained_model_name_or_path, kwargs)
         model.drafting_config = drafting_config.replace(**options)
+        model.acceptance_model = _load_acceptance_model(pretrained_model_name_or_path, kwargs)
         return model
 
     def save_pretrained(self, save_directory, *args, **kwargs):
@@ -228,6 +231,8 @@ class JetSpecDrafter(PreTrainedModel):
         super().save_pretrained(save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True):
             self.drafting_config.save(save_directory)
+            if self.acceptance_model.calibrated:
+                self.acceptance_model.save(save_directory)
 
     def restrict_draft_vocab(self, token_ids) -> None:
         """Draft only among ``token_ids`` (e.g. the most frequent tokens of the target's outputs).
@@ -259,9 +264,14 @@ class JetSpecDrafter(PreTrainedModel):
         """Raise a ``ValueError`` naming both sides if ``target`` is not the one this drafter serves."""
         check_target_matches(self.config, target, "JetSpecDrafter", "JetSpecDrafter.for_target(target)", "drafter")
 
-    def attach_target(self, target) -> None:
-        """Validate and reference ``target``'s embeddings and LM head (nothing is copied)."""
+    def attach_target(self, target, follow_dtype: bool = True) -> None:
+        """Validate and reference ``target``'s embeddings and LM head (nothing is copied).
+
+        The drafter follows the target to its device and, unless ``follow_dtype=False`` (training
+        keeps fp32 master weights beside a bf16 target), to its floating dtype."""
         self.check_target(target)
+        if self.device != target.device or (follow_dtype and self.dtype != target.dtype):
+            self.to(device=target.device, dtype=target.dtype if follow_dtype else self.dtype)
         self.__dict__["_target"] = target
         head = target.get_output_embeddings().weight
         if self.config.draft_vocab_size is not None:
@@ -288,6 +298,30 @@ class JetSpecDrafter(PreTrainedModel):
         if isinstance(calibration, (str, os.PathLike)):
             calibration = ForesightCalibration.load(calibration)
         self.__dict__["_foresight"] = (adapter.eval(), calibration)
+
+    @property
+    def acceptance_model(self):
+        """The round policy's :class:`~hf_jetspec.policy.AcceptanceModel` (calibrated if the drafter's
+        folder has ``acceptance_calibration.json``; raw probabilities otherwise)."""
+        if self.__dict__["_acceptance"] is None:
+            from .policy import AcceptanceModel
+
+            self.__dict__["_acceptance"] = AcceptanceModel()
+        return self.__dict__["_acceptance"]
+
+    @acceptance_model.setter
+    def acceptance_model(self, model) -> None:
+        self.__dict__["_acceptance"] = model
+
+    @property
+    def output_memory(self):
+        """Earlier sequences generated with this drafter in this process and the running acceptance of
+        n-gram proposals (:class:`~hf_jetspec.policy.OutputMemory`); ``.clear()`` forgets them."""
+        if self.__dict__["_output_memory"] is None:
+            from .policy import OutputMemory
+
+            self.__dict__["_output_memory"] = OutputMemory()
+        return self.__dict__["_output_memory"]
 
     @property
     def foresight(self):
@@ -454,3 +488,23 @@ def _load_drafting_config(name_or_path, kwargs) -> DraftingConfig:
         _raise_exceptions_for_connection_errors=False,
     )
     return DraftingConfig.load(os.path.dirname(path)) if path else DraftingConfig()
+
+
+def _load_acceptance_model(name_or_path, kwargs):
+    from .policy import ACCEPTANCE_CALIBRATION_NAME, AcceptanceModel
+
+    if os.path.isdir(str(name_or_path)):
+        return AcceptanceModel.from_folder(name_or_path)
+    from transformers.utils import cached_file
+
+    path = cached_file(
+        name_or_path,
+        ACCEPTANCE_CALIBRATION_NAME,
+        cache_dir=kwargs.get("cache_dir"),
+        revision=kwargs.get("revision"),
+        token=kwargs.get("token"),
+        local_files_only=kwargs.get("local_files_only", False),
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+    )
+    return AcceptanceModel.load(path) if path else AcceptanceModel()

@@ -40,6 +40,12 @@ class GenerationStats:
     refreshes: int = 0
     anchor_replacements: int = 0
     foresight_records: list = field(default_factory=list)
+    chosen_lengths: list[int] = field(default_factory=list)
+    round_sources: list[str] = field(default_factory=list)
+    drafter_runs: int = 0
+    seeded_drafter_runs: int = 0
+    acceptance_records: list = field(default_factory=list)
+    cost_model: dict = field(default_factory=dict)
 
     @property
     def hit_rate(self) -> float | None:
@@ -60,6 +66,19 @@ class GenerationStats:
     def accept_length_hist(self) -> list[int]:
         return accept_length_histogram(self.accepted_lengths)
 
+    @property
+    def chosen_length_hist(self) -> list[int]:
+        """Rounds by the number of draft tokens the round policy chose to verify (0: a plain step)."""
+        return accept_length_histogram(self.chosen_lengths)
+
+    @property
+    def source_counts(self) -> dict[str, int]:
+        """Rounds by the source of what was verified: ``plain``, ``ngram`` or ``drafter``."""
+        out: dict[str, int] = {}
+        for s in self.round_sources:
+            out[s] = out.get(s, 0) + 1
+        return out
+
     def record_round(self, accepted: int, committed: int, drafted: int) -> None:
         self.rounds += 1
         self.accepted_lengths.append(int(accepted))
@@ -68,7 +87,10 @@ class GenerationStats:
 
     def merge(self, other: "GenerationStats") -> "GenerationStats":
         """Field-wise sum (counters and times) / concatenation (per-round lists)."""
-        return GenerationStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)})
+        def add(a, b):
+            return b or a if isinstance(a, dict) else a + b  # the cost model: the latest snapshot
+
+        return GenerationStats(**{f.name: add(getattr(self, f.name), getattr(other, f.name)) for f in dataclasses.fields(self)})
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
@@ -76,4 +98,6 @@ class GenerationStats:
         out["accept_length_hist"] = self.accept_length_hist
         out["hit_rate"] = self.hit_rate
         out["exposed_draft_time_per_round_s"] = self.exposed_draft_time_per_round_s
+        out["chosen_length_hist"] = self.chosen_length_hist
+        out["source_counts"] = self.source_counts
         return out

@@ -196,7 +196,7 @@ def converted_folder(spec: EmbeddedTarget, cache_dir: str | os.PathLike | None =
 def load_target(
     name_or_path: str = DEFAULT_TARGET,
     *,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | str = torch.float32,
     device: str | torch.device | None = None,
     cache_dir: str | os.PathLike | None = None,
     **from_pretrained_kwargs,
@@ -206,7 +206,10 @@ def load_target(
     Args:
         name_or_path: an embedded target name (``smollm2-135m`` (default), ``qwen2.5-coder-0.5b``,
             ``qwen2.5-coder-1.5b``, ``gemma3-270m``) or anything ``from_pretrained`` accepts.
-        dtype: weights dtype (embedded targets are dequantised to fp32 first).
+        dtype: weights dtype, a ``torch.dtype`` or a name: ``"float32"`` (the default, the exactness
+            reference), ``"bfloat16"``, ``"float16"`` or ``"auto"`` (bf16 where ``device`` has native
+            bf16 matrix instructions, else fp32; see :mod:`hf_jetspec.dtypes`). Embedded targets are
+            dequantised to fp32 first.
         device: where to put the model.
         cache_dir: where converted embedded targets are kept (default ``~/.cache/hf_jetspec``).
     Returns:
@@ -214,6 +217,9 @@ def load_target(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .dtypes import resolve_dtype
+
+    dtype = resolve_dtype(dtype, device or "cpu")
     spec = resolve_embedded(name_or_path)
     if spec is not None:
         folder = converted_folder(spec, cache_dir)
@@ -242,12 +248,16 @@ def companion_drafter_path(name_or_path: str) -> Path | None:
 
 
 def companion_adapter_path(name_or_path: str) -> Path | None:
-    """Folder of the foresight adapter shipped next to an embedded target's drafter, if there is one."""
+    """Folder of the foresight adapter shipped next to an embedded target's drafter, if there is one
+    (the training-free layer-skip adapter first, then a trained one)."""
     drafter = companion_drafter_path(name_or_path)
     if drafter is None:
         return None
-    folder = drafter.parent / f"{drafter.name}-foresight"
-    return folder if (folder / "config.json").is_file() else None
+    for suffix, marker in (("-foresight-layerskip", "layer_skip_adapter.json"), ("-foresight", "config.json")):
+        folder = drafter.parent / f"{drafter.name}{suffix}"
+        if (folder / marker).is_file():
+            return folder
+    return None
 
 
 def load_drafter_for(target, target_name: str, drafter_path: str | None):
@@ -263,6 +273,8 @@ def load_drafter_for(target, target_name: str, drafter_path: str | None):
         repo = Path(__file__).resolve().parents[2]
         if shown.is_absolute() and shown.resolve().is_relative_to(repo):
             shown = shown.resolve().relative_to(repo)  # report shipped drafters by their place in the repository
-        return JetSpecDrafter.from_pretrained(str(path)).to(target.device).eval(), f"drafter {shown}"
+        drafter = JetSpecDrafter.from_pretrained(str(path)).eval()
+        drafter.attach_target(target)  # follows the target's device and dtype
+        return drafter, f"drafter {shown}"
     drafter = JetSpecDrafter.for_target(target).eval()
     return drafter, "RANDOM-INIT drafter (no trained drafter is shipped for this target yet: expect tau ~1 and no speedup)"

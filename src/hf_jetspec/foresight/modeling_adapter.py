@@ -85,8 +85,12 @@ class ForesightAdapter(PreTrainedModel):
                 f"{drafter.config.target_layer_ids}; train the adapter for this drafter (ForesightAdapter.for_drafter)"
             )
 
-    def attach_target(self, target) -> None:
+    def attach_target(self, target, follow_dtype: bool = True) -> None:
+        """Validate and reference ``target``; the adapter follows its device and (unless
+        ``follow_dtype=False``) its floating dtype."""
         self.check_target(target)
+        if self.device != target.device or (follow_dtype and self.dtype != target.dtype):
+            self.to(device=target.device, dtype=target.dtype if follow_dtype else self.dtype)
         self.__dict__["_target"] = target
 
     @property

@@ -23,7 +23,7 @@ class FrozenTargetTrainer(Trainer):
         for p in target.parameters():
             p.requires_grad_(False)
         self.target = target
-        model.attach_target(target)
+        model.attach_target(target, follow_dtype=False)  # trained weights stay in their own dtype
         self.model_accepts_loss_kwargs = False
         self._noise = torch.Generator().manual_seed(args.noise_seed)
         self._metrics: dict[str, list[float]] = {}

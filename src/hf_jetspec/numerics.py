@@ -1,0 +1,110 @@
+"""Exactness outside fp32: the numerical noise of a target in a dtype, and divergences scored against it.
+
+In fp32 speculative decoding reproduces plain greedy decoding token for token. In bf16 a 1-token step
+and a multi-token verification forward round differently, so at a near-tie the two can pick different
+argmaxes; from there the outputs differ. What can be checked is that every divergence is such a tie:
+
+* :func:`logit_noise` measures the noise: per position, the largest absolute difference between the
+  logits of 1-token steps and of ``block``-token forwards over the same text;
+* ``tie_margin`` is a high quantile (99.9th percentile) of that noise (:func:`tie_margin_from_noise`);
+* :func:`score_divergence` finds the first position where a method's output differs from plain
+  decoding, runs the target in fp32 teacher-forced on plain decoding's prefix, and takes the logit
+  margin between the two tokens. A margin within ``tie_margin`` is a numerical tie; a larger one is a
+  bug until explained.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    """Index of the first position where two token lists differ (a shorter list differs where it ends); None if equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def tie_margin_from_noise(noise: torch.Tensor | list[float], quantile: float = 0.999) -> float:
+    values = torch.as_tensor(noise, dtype=torch.float64).flatten()
+    if values.numel() == 0:
+        raise ValueError("no noise measurements")
+    return float(torch.quantile(values, quantile))
+
+
+@torch.no_grad()
+def _stepwise_logits(target, ids: torch.Tensor, prompt_len: int, step: int) -> torch.Tensor:
+    """Logits [n, V] predicting positions prompt_len+1 .. end, computed ``step`` tokens per forward after a prefill."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=target.config)
+    out = target(input_ids=ids[:, :prompt_len], cache=cache, use_cache=True)
+    rows = [out.logits[0, -1:].float()]
+    for start in range(prompt_len, ids.shape[1] - 1, step):
+        end = min(start + step, ids.shape[1] - 1)
+        out = target(input_ids=ids[:, start:end], cache=cache, use_cache=True)
+        rows.append(out.logits[0].float())
+    return torch.cat(rows)
+
+
+@torch.no_grad()
+def logit_noise(target, ids: torch.Tensor, prompt_len: int, block: int = 16) -> torch.Tensor:
+    """Per position after the prompt: ``max_v |logits_1-token-step - logits_block-forward|`` [n]."""
+    one = _stepwise_logits(target, ids, prompt_len, 1)
+    many = _stepwise_logits(target, ids, prompt_len, block)
+    return (one - many).abs().amax(-1)
+
+
+@dataclass
+class Divergence:
+    """The first divergence of a method's output from plain decoding on one prompt."""
+
+    prompt_index: int
+    position: int
+    ar_token: int | None
+    method_token: int | None
+    fp32_margin: float | None  # fp32 logit(AR token) - logit(method token), teacher-forced on AR's prefix
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@torch.no_grad()
+def score_divergence(reference_target, prompt_ids: torch.Tensor, ar_tokens: list[int], method_tokens: list[int], prompt_index: int) -> Divergence | None:
+    """Score the first divergence of ``method_tokens`` from ``ar_tokens`` with ``reference_target`` (fp32)."""
+    pos = first_divergence(ar_tokens, method_tokens)
+    if pos is None:
+        return None
+    a = ar_tokens[pos] if pos < len(ar_tokens) else None
+    m = method_tokens[pos] if pos < len(method_tokens) else None
+    margin = None
+    if a is not None and m is not None:
+        prefix = torch.tensor([ar_tokens[:pos]], dtype=prompt_ids.dtype)
+        ids = torch.cat([prompt_ids.reshape(1, -1).cpu(), prefix], dim=-1).to(reference_target.device)
+        logits = reference_target(input_ids=ids, logits_to_keep=1).logits[0, -1].float()
+        margin = float(logits[a] - logits[m])
+    return Divergence(prompt_index, pos, a, m, margin)
+
+
+def tie_explained(divergences: list[Divergence], tie_margin: float) -> float:
+    """Share of divergent prompts whose fp32 margin is within ``tie_margin`` (1.0 when none diverge)."""
+    if not divergences:
+        return 1.0
+    ok = sum(1 for d in divergences if d.fp32_margin is not None and abs(d.fp32_margin) <= tie_margin)
+    return ok / len(divergences)
+
+
+@torch.no_grad()
+def teacher_forced_gaps(target, prompt_ids: torch.Tensor, output_tokens: list[int]) -> torch.Tensor:
+    """Per output token: the target's max logit minus the logit of the committed token, teacher-forced [n].
+
+    0 where the committed token is the target's argmax; a committed token that is only a numerical tie
+    with the argmax has a gap within the tie margin.
+    """
+    ids = torch.cat([prompt_ids.reshape(1, -1).cpu(), torch.tensor([output_tokens], dtype=prompt_ids.dtype)], dim=-1)
+    logits = target(input_ids=ids.to(target.device)).logits[0, prompt_ids.numel() - 1 : -1].float()
+    chosen = logits.gather(-1, torch.tensor(output_tokens, device=logits.device)[:, None]).squeeze(-1)
+    return logits.amax(-1) - chosen

@@ -1,0 +1,30 @@
+"""The round policy: cost model, acceptance estimates, verify-length selection and free n-gram drafts."""
+
+from .acceptance import ACCEPTANCE_CALIBRATION_NAME, AcceptanceModel, AcceptanceRecord, acceptance_features, fit_acceptance
+from .cost_model import CostModel, cost_profile_for, interpolate_monotone, profile_forward_cost
+from .ngram import NgramIndex, NgramProposal, OutputMemory, propose_ngram
+from .round_policy import Candidate, DraftGate, RoundChoice, best_candidate
+from .verify_length import VerifyChoice, choose_verify_length, expected_committed
+
+__all__ = [
+    "ACCEPTANCE_CALIBRATION_NAME",
+    "AcceptanceModel",
+    "AcceptanceRecord",
+    "Candidate",
+    "CostModel",
+    "DraftGate",
+    "NgramIndex",
+    "NgramProposal",
+    "OutputMemory",
+    "RoundChoice",
+    "VerifyChoice",
+    "acceptance_features",
+    "best_candidate",
+    "choose_verify_length",
+    "cost_profile_for",
+    "expected_committed",
+    "fit_acceptance",
+    "interpolate_monotone",
+    "profile_forward_cost",
+    "propose_ngram",
+]

@@ -1,0 +1,142 @@
+"""The round's price list: what a verification forward of ``n`` tokens and a drafter pass cost.
+
+Measured once per target, device and dtype by a short warm-up (:func:`profile_forward_cost`), then
+kept current by the rounds themselves: every verification round reports its wall time, and the
+difference to the warm-up profile (the assisted loop's own overhead, a longer context, a busier
+machine) is tracked as an additive running estimate.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Sequence
+
+import torch
+
+
+def interpolate_monotone(sizes: Sequence[int], seconds: Sequence[float], n: int) -> float:
+    """Piecewise-linear interpolation of a cost profile, made non-decreasing; linear extrapolation past the end."""
+    if not sizes:
+        raise ValueError("empty cost profile")
+    pts = sorted(zip(sizes, seconds))
+    xs = [p[0] for p in pts]
+    ys = []
+    for _, y in pts:  # a larger forward never costs less than a smaller one
+        ys.append(max(y, ys[-1]) if ys else y)
+    if n <= xs[0]:
+        return ys[0]
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+        if n <= x1:
+            return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
+    if len(xs) == 1:
+        return ys[0]
+    slope = max((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]), 0.0)
+    return ys[-1] + slope * (n - xs[-1])
+
+
+class CostModel:
+    """Verification and drafting costs for the round policy.
+
+    ``verify_cost(n)`` is the profile's forward time of ``n`` tokens plus the running overhead;
+    ``draft_cost(passes)`` is the running time of one drafter pass times ``passes``. Both running
+    estimates are exponential moving averages with weight ``ema`` on the newest observation.
+    """
+
+    def __init__(self, sizes: Sequence[int], seconds: Sequence[float], draft_pass_s: float = 0.0, ema: float = 0.1):
+        if len(sizes) != len(seconds) or not sizes:
+            raise ValueError("a cost profile needs matching, non-empty sizes and seconds")
+        self.sizes = [int(s) for s in sizes]
+        self.seconds = [float(s) for s in seconds]
+        self.ema = float(ema)
+        self.overhead_s = 0.0
+        self.draft_pass_s = float(draft_pass_s)
+        self.observed_rounds = 0
+        self.observed_drafts = 0
+
+    def forward_cost(self, n_tokens: int) -> float:
+        return interpolate_monotone(self.sizes, self.seconds, n_tokens)
+
+    def verify_cost(self, n_tokens: int) -> float:
+        """Seconds of a verification round over ``n_tokens`` positions (anchor included)."""
+        return max(self.forward_cost(n_tokens) + self.overhead_s, 1e-6)
+
+    def verify_costs(self, max_drafts: int) -> list[float]:
+        """``[c(0), ..., c(max_drafts)]``: verifying ``L`` drafts is a forward of ``L + 1`` tokens."""
+        return [self.verify_cost(length + 1) for length in range(max_drafts + 1)]
+
+    def draft_cost(self, passes: int) -> float:
+        return self.draft_pass_s * passes
+
+    def observe_verify(self, n_tokens: int, seconds: float) -> None:
+        residual = seconds - self.forward_cost(n_tokens)
+        self.overhead_s = residual if self.observed_rounds == 0 else (1 - self.ema) * self.overhead_s + self.ema * residual
+        self.observed_rounds += 1
+
+    def observe_draft(self, passes: int, seconds: float) -> None:
+        if passes <= 0:
+            return
+        per_pass = seconds / passes
+        self.draft_pass_s = per_pass if self.observed_drafts == 0 else (1 - self.ema) * self.draft_pass_s + self.ema * per_pass
+        self.observed_drafts += 1
+
+    def summary(self, max_drafts: int) -> dict:
+        return {
+            "verify_ms": [round(1000 * c, 3) for c in self.verify_costs(max_drafts)],
+            "overhead_ms": round(1000 * self.overhead_s, 3),
+            "draft_pass_ms": round(1000 * self.draft_pass_s, 3),
+            "profile_sizes": list(self.sizes),
+            "profile_ms": [round(1000 * s, 3) for s in self.seconds],
+        }
+
+
+def _median_time(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+@torch.no_grad()
+def profile_forward_cost(target, sizes: Sequence[int], context: int = 64, repeats: int = 3) -> list[float]:
+    """Median seconds of a target forward of ``n`` tokens over a ``context``-token KV cache, per size."""
+    from transformers import DynamicCache
+
+    vocab = target.config.get_text_config().vocab_size
+    gen = torch.Generator().manual_seed(0)
+    prefix = torch.randint(0, vocab, (1, context), generator=gen).to(target.device)
+    cache = DynamicCache(config=target.config)
+    target(input_ids=prefix, cache=cache, use_cache=True)
+    out = []
+    for n in sizes:
+        block = torch.randint(0, vocab, (1, int(n)), generator=gen).to(target.device)
+        positions = torch.arange(context, context + int(n), device=target.device)[None]
+
+        def step():
+            extra = cache.get_seq_length() - context
+            if extra > 0:
+                cache.crop(-extra)
+            target(input_ids=block, cache=cache, use_cache=True, position_ids=positions)
+            if target.device.type == "cuda":
+                torch.cuda.synchronize(target.device)
+
+        out.append(_median_time(step, repeats))
+    return out
+
+
+_PROFILES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def cost_profile_for(target, max_tokens: int) -> tuple[list[int], list[float]]:
+    """The warm-up profile of ``target`` up to ``max_tokens`` positions, measured once per target, device and dtype."""
+    sizes = sorted({n for n in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64) if n <= max_tokens} | {max_tokens})
+    key = (str(target.device), str(target.dtype))
+    known = _PROFILES.setdefault(target, {})
+    entry = known.get(key)
+    if entry is None or max(entry[0]) < max_tokens:
+        entry = (sizes, profile_forward_cost(target, sizes))
+        known[key] = entry
+    return entry

@@ -1,0 +1,146 @@
+"""Free draft sources: n-gram matches in the sequence so far and in earlier outputs of the process.
+
+:class:`NgramIndex` finds the longest suffix of the current sequence (up to ``max_ngram`` tokens)
+that occurred earlier in it, most recent occurrence first, and proposes what followed, as
+transformers' prompt lookup does over the prompt and the output so far. It is updated
+incrementally, so a round costs a few dictionary look-ups.
+
+:class:`OutputMemory` keeps the same kind of index over earlier sequences (prompt and output) of
+this process, so repeated tasks reuse what was generated before, and the running acceptance rates
+of n-gram proposals by source, match length and position, from which the round policy estimates
+their worth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class NgramProposal:
+    """Tokens proposed after the current sequence, where they came from and the matched length."""
+
+    tokens: list[int]
+    source: str  # "sequence" or "memory"
+    match_length: int
+
+
+class NgramIndex:
+    """Incremental index of one token sequence: n-gram -> position right after its latest occurrence."""
+
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 1):
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+        self.tokens: list[int] = []
+        self._next: dict[tuple[int, ...], int] = {}
+
+    def extend(self, new_tokens: list[int]) -> None:
+        """Append tokens; every n-gram that now has a following token is indexed."""
+        start = len(self.tokens)
+        self.tokens.extend(int(t) for t in new_tokens)
+        seq = self.tokens
+        # n-grams ending at j (j = start-1 .. len-2) are followed by seq[j + 1]
+        for j in range(max(start - 1, 0), len(seq) - 1):
+            for n in range(self.min_ngram, self.max_ngram + 1):
+                if j - n + 1 < 0:
+                    break
+                self._next[tuple(seq[j - n + 1 : j + 1])] = j + 1
+
+    def lookup(self, max_tokens: int, min_ngram: int | None = None) -> tuple[list[int], int]:
+        """``(continuation, matched n)`` of the longest indexed suffix, or ``([], 0)``."""
+        seq = self.tokens
+        lo = self.min_ngram if min_ngram is None else max(min_ngram, self.min_ngram)
+        for n in range(min(self.max_ngram, len(seq)), lo - 1, -1):
+            pos = self._next.get(tuple(seq[len(seq) - n :]))
+            if pos is not None:
+                return seq[pos : pos + max_tokens], n
+        return [], 0
+
+    def suffix(self, n: int) -> tuple[int, ...]:
+        return tuple(self.tokens[max(len(self.tokens) - n, 0) :])
+
+
+class OutputMemory:
+    """Earlier sequences of this process and the running acceptance of n-gram proposals.
+
+    ``memory_ngram`` is the n-gram length that keys earlier sequences (longer than within a
+    sequence, since a match across tasks must be specific to be worth verifying).
+    """
+
+    POSITION_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16)
+
+    def __init__(self, memory_ngram: int = 3, max_sequences: int = 256, prior: tuple[float, float] = (1.0, 2.0)):
+        self.memory_ngram = memory_ngram
+        self.max_sequences = max_sequences
+        self.prior = prior
+        self.sequences: list[list[int]] = []
+        self._next: dict[tuple[int, ...], tuple[int, int]] = {}
+        self._counts: dict[tuple[str, int, int], list[float]] = {}
+
+    def clear(self) -> None:
+        self.sequences.clear()
+        self._next.clear()
+        self._counts.clear()
+
+    # ------------------------------------------------------------------ earlier outputs
+    def add_sequence(self, tokens: list[int]) -> None:
+        if len(self.sequences) >= self.max_sequences:  # forget the oldest: rebuild without it
+            kept = self.sequences[1:]
+            self.sequences, self._next = [], {}
+            for seq in kept:
+                self.add_sequence(seq)
+        sid = len(self.sequences)
+        seq = [int(t) for t in tokens]
+        self.sequences.append(seq)
+        n = self.memory_ngram
+        for j in range(n - 1, len(seq) - 1):
+            self._next[tuple(seq[j - n + 1 : j + 1])] = (sid, j + 1)
+
+    def lookup(self, suffix: tuple[int, ...], max_tokens: int) -> list[int]:
+        if len(suffix) < self.memory_ngram:
+            return []
+        hit = self._next.get(tuple(suffix[-self.memory_ngram :]))
+        if hit is None:
+            return []
+        sid, pos = hit
+        return self.sequences[sid][pos : pos + max_tokens]
+
+    # ------------------------------------------------------------------ acceptance of n-gram proposals
+    @classmethod
+    def bucket(cls, position: int) -> int:
+        for b in cls.POSITION_BUCKETS:
+            if position <= b:
+                return b
+        return cls.POSITION_BUCKETS[-1]
+
+    def _key(self, source: str, match_length: int, position: int) -> tuple[str, int, int]:
+        return (source, min(match_length, 4), self.bucket(position))
+
+    def accept_probs(self, proposal: NgramProposal) -> list[float]:
+        """Running conditional acceptance rate of each proposed position (Beta-smoothed counts)."""
+        a0, b0 = self.prior
+        out = []
+        for i in range(1, len(proposal.tokens) + 1):
+            acc, rej = self._counts.get(self._key(proposal.source, proposal.match_length, i), (0.0, 0.0))
+            out.append((acc + a0) / (acc + rej + a0 + b0))
+        return out
+
+    def observe(self, proposal: NgramProposal, verified: int, accepted: int) -> None:
+        """A round verified the first ``verified`` proposed tokens and accepted ``accepted`` of them."""
+        for i in range(1, min(verified, accepted + 1) + 1):
+            counts = self._counts.setdefault(self._key(proposal.source, proposal.match_length, i), [0.0, 0.0])
+            counts[0 if i <= accepted else 1] += 1.0
+
+
+def propose_ngram(index: NgramIndex, memory: OutputMemory | None, max_tokens: int) -> NgramProposal | None:
+    """The n-gram proposal of a round: the current sequence's longest match, else earlier outputs."""
+    tokens, n = index.lookup(max_tokens)
+    if tokens:
+        return NgramProposal(tokens, "sequence", n)
+    if memory is not None:
+        tokens = memory.lookup(index.suffix(memory.memory_ngram), max_tokens)
+        if tokens:
+            return NgramProposal(tokens, "memory", memory.memory_ngram)
+    return None

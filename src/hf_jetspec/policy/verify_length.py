@@ -1,0 +1,59 @@
+"""Verify-length selection: how many draft tokens a round should verify (a pure function).
+
+A round that verifies ``L`` draft tokens commits ``1 + A`` tokens, where ``A`` is the number of
+draft tokens accepted (the bonus token is always committed). With ``p_i`` the probability that draft
+token ``i`` is accepted given that tokens ``1 .. i-1`` were, the expectation is
+
+    E(L) = 1 + sum_{i=1..L} prod_{j<=i} p_j                    (E(0) = 1: a plain target step)
+
+and the round costs ``c(L) = v(L + 1) + d`` (a verification forward of ``L + 1`` tokens, plus the
+drafting cost ``d`` when ``L > 0`` and the draft is not yet paid for). The policy verifies the
+``L`` that maximises committed tokens per second, ``E(L) / c(L)``. ``L = 0`` is always an option, so
+when no draft is worth its cost the round is plain decoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+def expected_committed(accept_probs: Sequence[float]) -> list[float]:
+    """``[E(0), E(1), ..., E(n)]`` for conditional acceptance probabilities ``p_1 .. p_n``."""
+    out = [1.0]
+    prefix = 1.0
+    for p in accept_probs:
+        prefix *= min(max(float(p), 0.0), 1.0)
+        out.append(out[-1] + prefix)
+    return out
+
+
+@dataclass(frozen=True)
+class VerifyChoice:
+    """The chosen verify length, its expected committed tokens, its cost (s) and their ratio."""
+
+    length: int
+    expected_tokens: float
+    cost_s: float
+
+    @property
+    def rate(self) -> float:
+        return self.expected_tokens / self.cost_s
+
+
+def choose_verify_length(accept_probs: Sequence[float], verify_costs: Sequence[float], draft_cost: float = 0.0) -> VerifyChoice:
+    """The ``L`` in ``0 .. min(len(accept_probs), len(verify_costs) - 1)`` maximising ``E(L) / c(L)``.
+
+    ``verify_costs[L]`` is the time of a verification forward of ``L + 1`` tokens (so
+    ``verify_costs[0]`` is a plain step); ``draft_cost`` is added to every ``L > 0``. Ties go to
+    the shorter ``L``.
+    """
+    if not verify_costs:
+        raise ValueError("verify_costs needs at least the cost of a plain step (L = 0)")
+    expected = expected_committed(accept_probs)
+    best = VerifyChoice(0, 1.0, float(verify_costs[0]))
+    for length in range(1, min(len(expected), len(verify_costs))):
+        choice = VerifyChoice(length, expected[length], float(verify_costs[length]) + draft_cost)
+        if choice.rate > best.rate * (1 + 1e-9):
+            best = choice
+    return best

@@ -1,0 +1,210 @@
+"""The round policy's pure parts: verify-length selection, cost model, n-gram sources, draft gate, acceptance model."""
+
+import math
+
+import pytest
+import torch
+
+from hf_jetspec.policy import (
+    AcceptanceModel,
+    AcceptanceRecord,
+    Candidate,
+    CostModel,
+    DraftGate,
+    NgramIndex,
+    NgramProposal,
+    OutputMemory,
+    acceptance_features,
+    best_candidate,
+    choose_verify_length,
+    expected_committed,
+    fit_acceptance,
+    interpolate_monotone,
+    propose_ngram,
+)
+
+
+# ---------------------------------------------------------------------- verify-length selection
+def test_expected_committed_by_hand():
+    # E(0) = 1, E(1) = 1 + 0.5, E(2) = 1.5 + 0.5*0.5, E(3) = 1.75 + 0.25*0.2
+    assert expected_committed([0.5, 0.5, 0.2]) == pytest.approx([1.0, 1.5, 1.75, 1.8])
+
+
+def test_plain_step_wins_when_drafts_are_unlikely():
+    # every verify length costs 1.2x a plain step; 1 + 0.1 < 1.2, so L = 0
+    choice = choose_verify_length([0.1, 0.1], [1.0, 1.2, 1.2])
+    assert (choice.length, choice.expected_tokens, choice.cost_s) == (0, 1.0, 1.0)
+
+
+def test_full_length_wins_when_verification_is_flat():
+    choice = choose_verify_length([0.9] * 4, [1.0, 1.0, 1.0, 1.0, 1.0])
+    assert choice.length == 4
+    assert choice.expected_tokens == pytest.approx(1 + 0.9 + 0.81 + 0.729 + 0.6561)
+
+
+def test_intermediate_length_by_hand():
+    # costs 1, 1.1, 1.5, 2.0; p = (0.9, 0.9, 0.1)
+    # rates: L0 1/1 = 1; L1 1.9/1.1 = 1.727; L2 2.71/1.5 = 1.807; L3 2.791/2.0 = 1.396
+    choice = choose_verify_length([0.9, 0.9, 0.1], [1.0, 1.1, 1.5, 2.0])
+    assert choice.length == 2
+    assert choice.rate == pytest.approx(2.71 / 1.5)
+
+
+def test_draft_cost_is_paid_only_when_drafting():
+    # with a draft cost of 1.0, 1.9 / 2.1 < 1: a plain step wins; without it, L = 1 wins
+    assert choose_verify_length([0.9], [1.0, 1.1], draft_cost=1.0).length == 0
+    assert choose_verify_length([0.9], [1.0, 1.1]).length == 1
+
+
+def test_verify_length_limited_by_costs_and_probs():
+    assert choose_verify_length([0.99] * 10, [1.0, 1.0, 1.0]).length == 2
+    assert choose_verify_length([0.99], [1.0] * 10).length == 1
+    with pytest.raises(ValueError):
+        choose_verify_length([0.5], [])
+
+
+def test_best_candidate_picks_source_and_truncates():
+    costs = [1.0, 1.0, 1.0, 1.5]
+    ngram = Candidate("ngram", [5, 6, 7], [0.3, 0.3, 0.3])
+    drafter = Candidate("drafter", [8, 9, 10], [0.9, 0.9, 0.01])
+    pick = best_candidate([ngram, drafter], costs)
+    assert pick.source == "drafter" and pick.tokens == [8, 9] and pick.choice.length == 2
+    assert best_candidate([Candidate("ngram", [1], [0.0])], costs).source == "plain"
+    assert best_candidate([], costs).tokens == []
+
+
+# ---------------------------------------------------------------------- cost model
+def test_interpolation_is_monotone_and_extrapolates():
+    sizes, secs = [1, 4, 8], [1.0, 0.8, 2.0]  # a noisy dip at 4 is lifted to 1.0
+    assert interpolate_monotone(sizes, secs, 4) == 1.0
+    assert interpolate_monotone(sizes, secs, 6) == pytest.approx(1.5)
+    assert interpolate_monotone(sizes, secs, 12) == pytest.approx(3.0)
+    assert interpolate_monotone(sizes, secs, 1) == 1.0
+
+
+def test_cost_model_tracks_synthetic_timings():
+    # profile says 10 ms + 1 ms/token; the rounds really take 3 ms more (the loop's overhead)
+    sizes = [1, 2, 4, 8, 16]
+    model = CostModel(sizes, [0.010 + 0.001 * (n - 1) for n in sizes], ema=0.2)
+    for i in range(200):
+        n = 1 + i % 16
+        model.observe_verify(n, 0.013 + 0.001 * (n - 1))
+        model.observe_draft(2, 0.004)
+    assert model.overhead_s == pytest.approx(0.003, abs=1e-6)
+    assert model.verify_cost(5) == pytest.approx(0.017)
+    assert model.verify_costs(2) == pytest.approx([0.013, 0.014, 0.015])
+    assert model.draft_cost(3) == pytest.approx(0.006)
+    summary = model.summary(3)
+    assert len(summary["verify_ms"]) == 4 and summary["draft_pass_ms"] == pytest.approx(2.0)
+
+
+def test_cost_model_rejects_empty_profile():
+    with pytest.raises(ValueError):
+        CostModel([], [])
+
+
+# ---------------------------------------------------------------------- n-gram sources
+def test_ngram_index_longest_most_recent_match():
+    idx = NgramIndex(max_ngram=3)
+    idx.extend([1, 2, 3, 9, 2, 3, 7, 8])
+    idx.extend([2, 3])
+    # suffix (2, 3): latest earlier occurrence is at 4..5, followed by 7, 8, 2, 3
+    assert idx.lookup(4) == ([7, 8, 2, 3], 2)
+    idx.extend([7])
+    # suffix (2, 3, 7) occurred at 4..6, followed by 8
+    assert idx.lookup(2) == ([8, 2], 3)
+
+
+def test_ngram_index_no_match_and_incremental_equals_batch():
+    idx = NgramIndex(max_ngram=2)
+    idx.extend([1, 2, 3])
+    assert idx.lookup(5) == ([], 0)
+    a, b = NgramIndex(max_ngram=3), NgramIndex(max_ngram=3)
+    seq = [4, 5, 4, 5, 6, 4, 5, 6, 4]
+    a.extend(seq)
+    for t in seq:
+        b.extend([t])
+    assert a.lookup(3) == b.lookup(3) == ([5, 6, 4], 3)  # (5, 6, 4) at 3..5, then 5, 6, 4
+    with pytest.raises(ValueError):
+        NgramIndex(max_ngram=0)
+
+
+def test_output_memory_proposes_from_earlier_sequences():
+    mem = OutputMemory(memory_ngram=3)
+    mem.add_sequence([10, 11, 12, 13, 14, 15])
+    idx = NgramIndex(max_ngram=2)
+    idx.extend([1, 11, 12])  # no match inside the sequence, and only 2 tokens match memory's 3-gram key
+    assert propose_ngram(idx, mem, 4) is None
+    idx.extend([13])
+    idx2 = NgramIndex(max_ngram=2)
+    idx2.extend([99, 11, 12, 13])
+    prop = propose_ngram(idx2, mem, 2)
+    assert prop == NgramProposal([14, 15], "memory", 3)
+    mem.clear()
+    assert propose_ngram(idx2, mem, 2) is None
+
+
+def test_output_memory_acceptance_counts():
+    mem = OutputMemory(prior=(1.0, 1.0))
+    prop = NgramProposal([1, 2, 3], "sequence", 2)
+    assert mem.accept_probs(prop) == [0.5, 0.5, 0.5]
+    mem.observe(prop, verified=3, accepted=1)  # position 1 accepted, 2 rejected, 3 unseen
+    assert mem.accept_probs(prop) == pytest.approx([2 / 3, 1 / 3, 0.5])
+    mem.observe(prop, verified=3, accepted=3)
+    assert mem.accept_probs(prop) == pytest.approx([3 / 4, 2 / 4, 2 / 3])
+    other = NgramProposal([1], "memory", 3)  # another source keeps its own counts
+    assert mem.accept_probs(other) == [0.5]
+
+
+# ---------------------------------------------------------------------- draft gate
+def test_draft_gate_closes_and_probes_with_backoff():
+    gate = DraftGate(ema=1.0, min_probe=2, max_probe=8)
+    assert gate.should_draft(free_rate=1.0)  # nothing known yet
+    gate.observe(0.5, free_rate=1.0)  # drafting did not pay
+    closed = []
+    for _ in range(40):
+        if gate.should_draft(1.0):
+            closed.append(gate.since_draft + 1)
+            gate.observe(0.5, 1.0)
+        else:
+            gate.skipped()
+    assert closed[:5] == [2, 4, 8, 8, 8]  # probe intervals double up to the cap
+    gate.observe(2.0, free_rate=1.0)  # a probe that paid opens the gate
+    assert gate.should_draft(1.0) and gate.probe == 2
+
+
+# ---------------------------------------------------------------------- acceptance model
+def test_acceptance_features_by_hand():
+    feats = acceptance_features(torch.tensor([0.5, 0.9]), torch.tensor([True, False]))
+    assert feats.shape == (2, 4)
+    assert feats[0].tolist() == pytest.approx([0.0, 1.0, 0.0, 1.0])
+    assert feats[1].tolist() == pytest.approx([math.log(9), 0.0, math.log(2), 1.0])
+    raw = AcceptanceModel()
+    assert not raw.calibrated
+    assert raw.accept_probs(feats).tolist() == pytest.approx([0.5, 0.9])
+
+
+def test_fit_acceptance_learns_the_agreement_signal(tmp_path):
+    # synthetic rounds: a position is accepted iff it "agreed", whatever the drafter's probability
+    g = torch.Generator().manual_seed(0)
+    records = []
+    for _ in range(300):
+        agreed = torch.rand(6, generator=g) < 0.7
+        probs = torch.rand(6, generator=g) * 0.8 + 0.1
+        k = int(torch.cumprod(agreed.int(), 0).sum())
+        records.append(AcceptanceRecord(acceptance_features(probs, agreed).tolist(), accepted=k, verified=6))
+    model = fit_acceptance(records[:200], records[200:])
+    assert model.calibrated and model.num_rounds == 200
+    assert model.held_out_log_likelihood > model.raw_log_likelihood
+    p = model.accept_probs(acceptance_features(torch.tensor([0.5, 0.5]), torch.tensor([True, False])))
+    assert p[0] > 0.9 and p[1] < 0.1
+    path = model.save(tmp_path)
+    again = AcceptanceModel.load(tmp_path)
+    assert again.weights == pytest.approx(model.weights)
+    assert AcceptanceModel.from_folder(tmp_path / "nowhere").calibrated is False
+    with open(path, "w") as f:
+        f.write("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        AcceptanceModel.load(tmp_path)
+    with pytest.raises(ValueError):
+        fit_acceptance([])
