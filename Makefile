@@ -20,6 +20,7 @@ demo: setup
 	$(BIN)/hf-jetspec demo
 
 test: setup
+	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/python -m pytest -q
 
 test-fast: setup

@@ -33,9 +33,11 @@ def main() -> None:
     ap.add_argument("--top-k", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--output", required=True)
+    ap.add_argument("--dtype", default="float32", choices=["auto", "bfloat16", "float32"],
+                    help="the frozen target's dtype (auto: bf16 where the CPU/GPU has native bf16); the recorded recipes used float32")
     args = ap.parse_args()
 
-    target, tokenizer = load_target(args.target)
+    target, tokenizer = load_target(args.target, dtype=args.dtype)
     if args.drafter:
         layer_ids = JetSpecDrafterConfig.from_pretrained(args.drafter).target_layer_ids
     else:

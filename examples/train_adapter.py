@@ -41,10 +41,12 @@ def main() -> None:
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--seed", type=int, default=2)
     ap.add_argument("--output-dir", required=True)
+    ap.add_argument("--dtype", default="float32", choices=["auto", "bfloat16", "float32"],
+                    help="the frozen target's dtype (auto: bf16 where the CPU/GPU has native bf16); the recorded recipes used float32")
     args = ap.parse_args()
 
     torch.manual_seed(args.seed)
-    target, tokenizer = load_target(args.target)
+    target, tokenizer = load_target(args.target, dtype=args.dtype)
     drafter = JetSpecDrafter.from_pretrained(args.drafter, dtype=torch.float32)
     drafter.attach_target(target, follow_dtype=False)
     corpus = load_training_corpus(tokenizer, args.corpus, args.num_sequences, args.seq_len, args.seed)

@@ -56,10 +56,12 @@ def main() -> None:
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--output-dir", required=True)
+    ap.add_argument("--dtype", default="float32", choices=["auto", "bfloat16", "float32"],
+                    help="the frozen target's dtype (auto: bf16 where the CPU/GPU has native bf16); the recorded recipes used float32")
     args = ap.parse_args()
 
     torch.manual_seed(args.seed)
-    target, tokenizer = load_target(args.target)
+    target, tokenizer = load_target(args.target, dtype=args.dtype)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     if args.feature_cache:
         corpus, collator = FeatureCacheDataset(args.feature_cache), FeatureCacheCollator(pad_id)

@@ -7,7 +7,6 @@ import torch
 from scipy.stats import chisquare
 
 from hf_jetspec.ctmc import (
-    MaskedLMDenoiser,
     accepted_mass,
     acceptance_probability,
     exact_final_law,

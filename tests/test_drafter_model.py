@@ -1,12 +1,11 @@
 """JetSpecDrafter as a PreTrainedModel: construction, checkpoints, the target it serves, bad input."""
 
-import json
 import os
 
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import AutoConfig, AutoModel, LlamaConfig, LlamaForCausalLM
+from transformers import AutoConfig, AutoModel
 
 from hf_jetspec import DraftingConfig, JetSpecDrafter, JetSpecDrafterConfig
 from helpers import tiny_llama, tiny_qwen2

@@ -59,3 +59,19 @@ def test_bf16_speculative_output_is_argmax_or_tie_and_corruption_is_caught():
     assert float(teacher_forced_gaps(target, prompt, corrupt)[10]) > margin
     d = score_divergence(fp32_target, prompt, tokens, corrupt, 0)
     assert d.position == 10 and d.fp32_margin > margin
+
+
+def test_upcast_head_gives_fp32_logits_and_keeps_generation_working():
+    from hf_jetspec.numerics import upcast_head
+
+    target = tiny_llama(seed=5).to(torch.bfloat16)
+    ids = torch.randint(0, 128, (1, 10))
+    before = target(ids).logits
+    upcast_head(target)
+    upcast_head(target)  # idempotent
+    after = target(ids).logits
+    assert before.dtype == torch.bfloat16 and after.dtype == torch.float32
+    assert float((after - before.float()).abs().max()) < 0.1  # the same logits, with fp32 resolution
+    drafter = JetSpecDrafter.for_target(tiny_llama(seed=5)).eval()
+    out = target.generate(ids, assistant_model=drafter, do_sample=False, max_new_tokens=16)
+    assert out.shape[1] == 26

@@ -208,3 +208,17 @@ def test_fit_acceptance_learns_the_agreement_signal(tmp_path):
         AcceptanceModel.load(tmp_path)
     with pytest.raises(ValueError):
         fit_acceptance([])
+
+
+def test_cost_model_learns_each_length_it_sees():
+    # a noisy profile says 16 tokens cost no more than 1; the rounds say 16 tokens cost 1.5x
+    model = CostModel([1, 16], [0.040, 0.040], ema=0.5, min_observations=3)
+    for _ in range(4):
+        model.observe_verify(1, 0.040)
+        model.observe_verify(16, 0.060)
+    costs = model.verify_costs(15)
+    assert costs[0] == pytest.approx(0.040) and costs[15] == pytest.approx(0.060)
+    assert all(a <= b for a, b in zip(costs, costs[1:]))  # non-decreasing in the verify length
+    # lengths never observed fall back to profile + overhead (the rounds' running excess over the profile)
+    assert costs[7] == pytest.approx(0.040 + model.overhead_s) and 0.040 < costs[7] < 0.060
+    assert model.verify_cost(16) == pytest.approx(0.060)

@@ -3,8 +3,7 @@
 import torch
 from transformers.generation.utils import GenerationMixin
 
-import hf_jetspec
-from hf_jetspec import JetSpecDrafter, seam
+from hf_jetspec import seam
 from helpers import tiny_llama
 
 

@@ -165,3 +165,22 @@ def test_training_corpus_skip_gives_disjoint_data(tmp_path, smollm2):
     later = {key(x) for x in load_training_corpus(tokenizer, str(path), num_sequences=3, seq_len=256, skip=4)}
     both = {key(x) for x in load_training_corpus(tokenizer, str(path), num_sequences=7, seq_len=256)}
     assert len(first) == 4 and len(later) == 3 and not first & later and first | later == both
+
+
+@pytest.mark.parametrize("labels", ["corpus", "alr"])
+def test_bf16_target_with_fp32_master_weights_trains(tmp_path, labels):
+    """A bf16 target (the fast configuration) beside an fp32 drafter under bf16 autocast."""
+    from helpers import tiny_llama
+
+    target = tiny_llama().to(torch.bfloat16)
+    torch.manual_seed(0)
+    drafter = JetSpecDrafter.for_target(tiny_llama())
+    args = JetSpecTrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=20, learning_rate=3e-3, report_to=[],
+        logging_steps=5, save_steps=1000, block_size=6, blocks_per_sequence=6, labels=labels, use_cpu=True, bf16=True,
+    )
+    trainer = JetSpecTrainer(model=drafter, args=args, target=target, train_dataset=corpus(), data_collator=CorpusCollator(0))
+    trainer.train()
+    assert drafter.dtype == torch.float32  # master weights stay fp32
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]

@@ -65,6 +65,7 @@ class BenchConfig:
     dtype: str = "auto"
     policy: bool = True
     tie_margin_items: int = 4
+    fp32_head: bool = False
 
     def __post_init__(self):
         self.methods = tuple(self.methods)
@@ -265,6 +266,10 @@ def load_bench(config: BenchConfig) -> BenchSetup:
 
     torch.manual_seed(config.seed)
     target, tokenizer = load_target(config.target, dtype=config.dtype)
+    if config.fp32_head:
+        from .numerics import upcast_head
+
+        upcast_head(target)
     device = target.device
     prompts = load_eval_prompts(config.prompts, limit=config.limit, seed=config.seed, offset=config.offset)
     extra: dict = {}
@@ -406,14 +411,22 @@ def _add_generation_stats(rec: MethodRecord, stats) -> None:
 def measure_tie_margin(target, tokenizer, config: BenchConfig) -> dict:
     """The target's logit noise in its dtype (1-token steps against 16-token forwards) on held-out prompts.
 
-    The prompts are ``tie_margin_items`` of the same set, taken after the benchmarked ones
-    (``offset + limit + 100``), continued by the target's own greedy decoding.
+    The prompts are ``tie_margin_items`` of the same set, never benchmarked ones: from
+    ``offset + limit + 100`` of the set's fixed shuffle, or right after the benchmarked prompts when
+    the set is too small for that gap; continued by the target's own greedy decoding.
     """
     from .data import load_eval_prompts
     from .numerics import logit_noise, tie_margin_from_noise
 
-    offset = config.offset + (config.limit or 0) + 100
+    after = config.offset + (config.limit or 0)
+    offset = after + 100
     prompts = load_eval_prompts(config.prompts, limit=config.tie_margin_items, seed=config.seed, offset=offset)
+    if len(prompts) < config.tie_margin_items:
+        offset = after
+        prompts = load_eval_prompts(config.prompts, limit=config.tie_margin_items, seed=config.seed, offset=offset)
+    if not prompts:
+        raise ValueError(f"no held-out prompts left in {config.prompts!r} after the benchmarked ones for the tie margin; "
+                         "lower --limit or pass --tie-margin-items 0")
     items = build_items(tokenizer, target, prompts, min(config.max_new_tokens, 128))[: config.tie_margin_items]
     noise = []
     for _, ids in items:
@@ -507,6 +520,7 @@ def summarise(config: BenchConfig, setup: BenchSetup, records: dict[str, MethodR
         if numerics and name in numerics.get("methods", {}):
             entry.update(numerics["methods"][name])
         entry.update(setup.extra.get(name, {}))
+        entry["outputs"] = rec.outputs  # generated token ids per item, for quality checks and replays
         methods[name] = entry
     result = {
         "methods": methods,
@@ -524,11 +538,12 @@ def run_bench(config: BenchConfig, progress: bool = True) -> dict:
     Outside fp32, greedy runs also measure the target's tie margin and score every divergence from AR
     in fp32 (:mod:`hf_jetspec.numerics`)."""
     setup = load_bench(config)
+    score = config.temperature == 0 and "ar" in config.methods and len(config.methods) > 1
+    tie = {}
+    if score and setup.target.dtype != torch.float32 and config.tie_margin_items > 0:
+        tie = measure_tie_margin(setup.target, setup.tokenizer, config)  # before the timed runs: fails fast
     records = run_methods(setup, config, progress)
-    numerics = None
-    if config.temperature == 0 and "ar" in records and len(records) > 1:
-        tie = measure_tie_margin(setup.target, setup.tokenizer, config) if setup.target.dtype != torch.float32 and config.tie_margin_items > 0 else {}
-        numerics = {**tie, "methods": score_divergences(config, setup, records, tie)}
+    numerics = {**tie, "methods": score_divergences(config, setup, records, tie)} if score else None
     result = summarise(config, setup, records, numerics)
     if config.output:
         out = Path(config.output)

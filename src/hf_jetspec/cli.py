@@ -113,6 +113,7 @@ def cmd_bench(args) -> int:
         dtype=args.dtype,
         policy=args.policy == "on",
         tie_margin_items=args.tie_margin_items,
+        fp32_head=args.fp32_head,
     )
     result = run_bench(config)
     print(markdown_table(result))
@@ -124,11 +125,21 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _calibration_items(args, tokenizer, target) -> list:
+    """Items of ``--prompts SET:OFFSET,...`` (``--per-source`` prompts each), as the bench builds them."""
+    from .bench import build_items
+    from .data import load_eval_prompts
+
+    prompts = []
+    for spec in args.prompts.split(","):
+        name, _, offset = spec.partition(":")
+        prompts += load_eval_prompts(name, limit=args.per_source, offset=int(offset or 0))
+    return build_items(tokenizer, target, prompts, args.max_new_tokens)
+
+
 def cmd_calibrate(args) -> int:
     import torch
 
-    from .bench import build_items
-    from .data import load_eval_prompts
     from .foresight.calibrate import fit_calibration, record_rounds, save_records
     from .targets import companion_adapter_path, load_drafter_for, load_target
 
@@ -142,11 +153,7 @@ def cmd_calibrate(args) -> int:
     drafter.attach_foresight(str(adapter), calibration=None)
     if args.budget:
         drafter.drafting_config = drafter.drafting_config.replace(budget=args.budget)
-    prompts = []
-    for spec in args.prompts.split(","):
-        name, _, offset = spec.partition(":")
-        prompts += load_eval_prompts(name, limit=args.per_source, offset=int(offset or 0))
-    items = build_items(tokenizer, target, prompts, args.max_new_tokens)
+    items = _calibration_items(args, tokenizer, target)
     print(f"recording rounds on {len(items)} calibration prompts with {what}, adapter {adapter}", flush=True)
     records = record_rounds(target, drafter, items, args.max_new_tokens, cache_size=args.cache_size)
     cal = fit_calibration(records, miscoverage=args.miscoverage, budget=drafter.drafting_config.budget)
@@ -162,8 +169,6 @@ def cmd_calibrate(args) -> int:
 def cmd_calibrate_policy(args) -> int:
     import torch
 
-    from .bench import build_items
-    from .data import load_eval_prompts
     from .policy.calibrate import calibrate_acceptance, record_acceptance
     from .targets import companion_drafter_path, load_drafter_for, load_target
 
@@ -172,11 +177,7 @@ def cmd_calibrate_policy(args) -> int:
     drafter, what = load_drafter_for(target, args.target, args.drafter)
     changes = {"budget": args.budget, "num_jacobi_passes": args.jacobi_passes}
     drafter.drafting_config = drafter.drafting_config.replace(**{k: v for k, v in changes.items() if v is not None})
-    prompts = []
-    for spec in args.prompts.split(","):
-        name, _, offset = spec.partition(":")
-        prompts += load_eval_prompts(name, limit=args.per_source, offset=int(offset or 0))
-    items = build_items(tokenizer, target, prompts, args.max_new_tokens)
+    items = _calibration_items(args, tokenizer, target)
     print(f"recording rounds on {len(items)} held-out prompts with {what} ({target.dtype})", flush=True)
     per_item = record_acceptance(target, drafter, items, args.max_new_tokens)
     # interleave sources so the held-out quarter has every source
@@ -230,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="target dtype; auto: bf16 where the device has native bf16, else fp32")
     bench.add_argument("--policy", default="on", choices=["on", "off"], help="round policy of the jetspec method")
     bench.add_argument("--tie-margin-items", type=int, default=4, help="held-out prompts for the tie-margin measurement (outside fp32)")
+    bench.add_argument("--fp32-head", action="store_true", help="compute the target's final norm and LM head in fp32 (every method)")
     bench.add_argument("--output", default=None, help="OUT.json (a plot OUT.png is saved beside it)")
     bench.set_defaults(func=cmd_bench)
 

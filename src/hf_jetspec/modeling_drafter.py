@@ -472,14 +472,16 @@ class JetSpecDrafter(PreTrainedModel):
         return JetSpecDrafterOutput(logits=logits, hidden_states=x.reshape(bsz, nb, gamma, -1) if return_hidden_states else None)
 
 
-def _load_drafting_config(name_or_path, kwargs) -> DraftingConfig:
+def _companion_file(name_or_path, filename: str, kwargs) -> str | None:
+    """Path of a file saved beside the weights (a local folder or a Hub repository), or None if absent."""
     if os.path.isdir(str(name_or_path)):
-        return DraftingConfig.load(name_or_path)
+        path = os.path.join(str(name_or_path), filename)
+        return path if os.path.isfile(path) else None
     from transformers.utils import cached_file
 
-    path = cached_file(
+    return cached_file(
         name_or_path,
-        DRAFTING_CONFIG_NAME,
+        filename,
         cache_dir=kwargs.get("cache_dir"),
         revision=kwargs.get("revision"),
         token=kwargs.get("token"),
@@ -487,24 +489,15 @@ def _load_drafting_config(name_or_path, kwargs) -> DraftingConfig:
         _raise_exceptions_for_missing_entries=False,
         _raise_exceptions_for_connection_errors=False,
     )
+
+
+def _load_drafting_config(name_or_path, kwargs) -> DraftingConfig:
+    path = _companion_file(name_or_path, DRAFTING_CONFIG_NAME, kwargs)
     return DraftingConfig.load(os.path.dirname(path)) if path else DraftingConfig()
 
 
 def _load_acceptance_model(name_or_path, kwargs):
     from .policy import ACCEPTANCE_CALIBRATION_NAME, AcceptanceModel
 
-    if os.path.isdir(str(name_or_path)):
-        return AcceptanceModel.from_folder(name_or_path)
-    from transformers.utils import cached_file
-
-    path = cached_file(
-        name_or_path,
-        ACCEPTANCE_CALIBRATION_NAME,
-        cache_dir=kwargs.get("cache_dir"),
-        revision=kwargs.get("revision"),
-        token=kwargs.get("token"),
-        local_files_only=kwargs.get("local_files_only", False),
-        _raise_exceptions_for_missing_entries=False,
-        _raise_exceptions_for_connection_errors=False,
-    )
+    path = _companion_file(name_or_path, ACCEPTANCE_CALIBRATION_NAME, kwargs)
     return AcceptanceModel.load(path) if path else AcceptanceModel()

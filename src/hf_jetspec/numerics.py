@@ -15,9 +15,11 @@ argmaxes; from there the outputs differ. What can be checked is that every diver
 
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass
 
 import torch
+from torch import nn
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -108,3 +110,32 @@ def teacher_forced_gaps(target, prompt_ids: torch.Tensor, output_tokens: list[in
     logits = target(input_ids=ids.to(target.device)).logits[0, prompt_ids.numel() - 1 : -1].float()
     chosen = logits.gather(-1, torch.tensor(output_tokens, device=logits.device)[:, None]).squeeze(-1)
     return logits.amax(-1) - chosen
+
+
+class _Fp32(nn.Module):
+    """An fp32 copy of a module that upcasts its input (the final norm and the LM head)."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.inner = copy.deepcopy(module).float()
+
+    @property
+    def weight(self):
+        return self.inner.weight
+
+    def forward(self, x):
+        return self.inner(x.float())
+
+
+def upcast_head(target) -> None:
+    """Compute ``target``'s final norm and LM head in fp32 (the decoder layers keep their dtype).
+
+    Logits then carry fp32 resolution instead of bf16's coarse steps, for plain decoding and
+    verification alike. The head is copied (tied embeddings stay as they are for the input side).
+    """
+    base = target.get_decoder() if hasattr(target, "get_decoder") else target.model
+    if not isinstance(base.norm, _Fp32):
+        base.norm = _Fp32(base.norm)
+    head = target.get_output_embeddings()
+    if not isinstance(head, _Fp32):
+        target.set_output_embeddings(_Fp32(head))

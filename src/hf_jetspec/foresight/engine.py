@@ -178,7 +178,6 @@ class ForesightEngine:
         drafter's logits of its final pass (features, draft-model rule); J0 noise of the pre-drafted
         blocks is drawn from ``noise_source`` (the verified tokens).
         """
-        gamma = tokens.numel() - 1
         budget_gamma = self.options.budget - 1
         scored = self.score(tokens, start)
         draft = tokens[1:]

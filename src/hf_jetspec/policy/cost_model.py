@@ -38,32 +38,48 @@ def interpolate_monotone(sizes: Sequence[int], seconds: Sequence[float], n: int)
 class CostModel:
     """Verification and drafting costs for the round policy.
 
-    ``verify_cost(n)`` is the profile's forward time of ``n`` tokens plus the running overhead;
-    ``draft_cost(passes)`` is the running time of one drafter pass times ``passes``. Both running
-    estimates are exponential moving averages with weight ``ema`` on the newest observation.
+    ``verify_cost(n)`` is, for a forward size ``n`` seen in at least ``min_observations`` rounds,
+    the running average of those rounds' times; otherwise the profile's forward time of ``n`` tokens
+    plus the running overhead (the rounds' average excess over the profile). The curve is made
+    non-decreasing in ``n``. ``draft_cost(passes)`` is the running time of one drafter pass times
+    ``passes``. Running estimates are exponential moving averages with weight ``ema`` on the newest
+    observation.
     """
 
-    def __init__(self, sizes: Sequence[int], seconds: Sequence[float], draft_pass_s: float = 0.0, ema: float = 0.1):
+    def __init__(self, sizes: Sequence[int], seconds: Sequence[float], draft_pass_s: float = 0.0, ema: float = 0.1,
+                 min_observations: int = 3):
         if len(sizes) != len(seconds) or not sizes:
             raise ValueError("a cost profile needs matching, non-empty sizes and seconds")
         self.sizes = [int(s) for s in sizes]
         self.seconds = [float(s) for s in seconds]
         self.ema = float(ema)
+        self.min_observations = min_observations
         self.overhead_s = 0.0
         self.draft_pass_s = float(draft_pass_s)
         self.observed_rounds = 0
         self.observed_drafts = 0
+        self._by_size: dict[int, tuple[float, int]] = {}  # n -> (running seconds, count)
 
     def forward_cost(self, n_tokens: int) -> float:
         return interpolate_monotone(self.sizes, self.seconds, n_tokens)
 
+    def _raw_cost(self, n_tokens: int) -> float:
+        seen = self._by_size.get(n_tokens)
+        if seen is not None and seen[1] >= self.min_observations:
+            return seen[0]
+        return self.forward_cost(n_tokens) + self.overhead_s
+
     def verify_cost(self, n_tokens: int) -> float:
         """Seconds of a verification round over ``n_tokens`` positions (anchor included)."""
-        return max(self.forward_cost(n_tokens) + self.overhead_s, 1e-6)
+        return max(max(self._raw_cost(n) for n in range(1, n_tokens + 1)), 1e-6)
 
     def verify_costs(self, max_drafts: int) -> list[float]:
         """``[c(0), ..., c(max_drafts)]``: verifying ``L`` drafts is a forward of ``L + 1`` tokens."""
-        return [self.verify_cost(length + 1) for length in range(max_drafts + 1)]
+        out, running = [], 0.0
+        for length in range(max_drafts + 1):
+            running = max(running, self._raw_cost(length + 1))
+            out.append(max(running, 1e-6))
+        return out
 
     def draft_cost(self, passes: int) -> float:
         return self.draft_pass_s * passes
@@ -72,6 +88,8 @@ class CostModel:
         residual = seconds - self.forward_cost(n_tokens)
         self.overhead_s = residual if self.observed_rounds == 0 else (1 - self.ema) * self.overhead_s + self.ema * residual
         self.observed_rounds += 1
+        mean, count = self._by_size.get(n_tokens, (seconds, 0))
+        self._by_size[n_tokens] = (seconds if count == 0 else (1 - self.ema) * mean + self.ema * seconds, count + 1)
 
     def observe_draft(self, passes: int, seconds: float) -> None:
         if passes <= 0:
@@ -90,18 +108,8 @@ class CostModel:
         }
 
 
-def _median_time(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]
-
-
 @torch.no_grad()
-def profile_forward_cost(target, sizes: Sequence[int], context: int = 64, repeats: int = 3) -> list[float]:
+def profile_forward_cost(target, sizes: Sequence[int], context: int = 64, repeats: int = 5) -> list[float]:
     """Median seconds of a target forward of ``n`` tokens over a ``context``-token KV cache, per size."""
     from transformers import DynamicCache
 
@@ -110,21 +118,26 @@ def profile_forward_cost(target, sizes: Sequence[int], context: int = 64, repeat
     prefix = torch.randint(0, vocab, (1, context), generator=gen).to(target.device)
     cache = DynamicCache(config=target.config)
     target(input_ids=prefix, cache=cache, use_cache=True)
-    out = []
-    for n in sizes:
+
+    def step(n):
+        extra = cache.get_seq_length() - context
+        if extra > 0:
+            cache.crop(-extra)
         block = torch.randint(0, vocab, (1, int(n)), generator=gen).to(target.device)
         positions = torch.arange(context, context + int(n), device=target.device)[None]
+        t0 = time.perf_counter()
+        target(input_ids=block, cache=cache, use_cache=True, position_ids=positions)
+        if target.device.type == "cuda":
+            torch.cuda.synchronize(target.device)
+        return time.perf_counter() - t0
 
-        def step():
-            extra = cache.get_seq_length() - context
-            if extra > 0:
-                cache.crop(-extra)
-            target(input_ids=block, cache=cache, use_cache=True, position_ids=positions)
-            if target.device.type == "cuda":
-                torch.cuda.synchronize(target.device)
-
-        out.append(_median_time(step, repeats))
-    return out
+    for n in sizes:  # warm every shape once
+        step(n)
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(repeats):  # sizes interleaved, so a burst of machine noise hits one sample of each, not all of one
+        for n in sizes:
+            times[n].append(step(n))
+    return [sorted(times[n])[len(times[n]) // 2] for n in sizes]
 
 
 _PROFILES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
