@@ -64,7 +64,7 @@ def score(results_paths: list[str]) -> dict:
             divergent = [i for i, toks in enumerate(result["methods"][name]["outputs"]) if ar and toks != result["methods"]["ar"]["outputs"][i]]
             entry["outputs_differing_from_ar"] = len(divergent)
             entry["pass_changes_vs_ar"] = sum(1 for i in divergent if entry["per_problem"][items[i]] != ar["per_problem"][items[i]])
-        out[path] = {"target": cfg["target"], "dtype": cfg.get("target_dtype"), "methods": per_method}
+        out[Path(path).name] = {"target": cfg["target"], "dtype": cfg.get("target_dtype"), "methods": per_method}
     return out
 
 
