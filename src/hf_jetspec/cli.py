@@ -44,6 +44,9 @@ def cmd_demo(args) -> int:
             fp32_copy["model"] = load_target(name, dtype=torch.float32)[0]
         return fp32_copy["model"]
 
+    warm = _chat_inputs(tokenizer, DEMO_PROMPTS[0])  # untimed: first-call costs (the policy's cost profile, kernels)
+    target.generate(**warm, do_sample=False, max_new_tokens=8)
+    target.generate(**warm, assistant_model=drafter, do_sample=False, max_new_tokens=8)
     for text in DEMO_PROMPTS[: args.num_prompts]:
         enc = _chat_inputs(tokenizer, text)
         n_prompt = enc["input_ids"].shape[1]
