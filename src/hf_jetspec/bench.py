@@ -334,7 +334,7 @@ def _use_method(setup: BenchSetup, config: BenchConfig, name: str) -> dict:
 
         drafter = setup.drafter
         drafter.drafting_config = DraftingConfig(**setup.extra[name]["drafting_config"])
-        drafter.__dict__["_output_memory"] = setup.memories.setdefault(name, OutputMemory())  # no variant learns from another's outputs
+        drafter.output_memory = setup.memories.setdefault(name, OutputMemory())  # no variant learns from another's outputs
         return {"assistant_model": drafter}
     if name == "assisted":
         return {"assistant_model": setup.assistant}

@@ -97,6 +97,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self.acceptance = self.drafter.acceptance_model
         self._last_choice = None
         self._last_ids = None
+        self._record = None
 
     def _foresight_job(self, *args, ready=None, **kwargs):
         t0 = time.perf_counter()
@@ -194,9 +195,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         if gamma <= 0:  # the last token before max_length: a plain step
             self._proposed = 0
             if self.policy:
-                self._last_choice = None
-                self.stats.chosen_lengths.append(0)
-                self.stats.round_sources.append("plain")
+                self._take(None, None)
             self._t_verify_start = time.perf_counter()
             self.stats.draft_time_s += self._t_verify_start - t0
             return input_ids, None
@@ -225,17 +224,25 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self.stats.draft_time_s += self._t_verify_start - t0
         return candidates, None
 
-    def _j0(self, anchor, context, gamma, cur_len):
-        noise = sample_noise_tokens(context, gamma - 1, self.generator)
-        block = initial_block_inputs(anchor, noise)
+    def _j0_inputs(self, anchor, context, gamma, seed=()):
+        """J0 block inputs: the anchor, the ``seed`` tokens (an n-gram continuation), then noise; and
+        the mask of noise positions for mask-input drafters."""
+        seed = torch.tensor(list(seed[: gamma - 1]), dtype=anchor.dtype, device=anchor.device)
+        noise = sample_noise_tokens(context, gamma - 1 - seed.numel(), self.generator)
+        block = initial_block_inputs(anchor, torch.cat([seed, noise]))
         noise_mask = None
         if self.drafter.config.block_inputs == "mask":
-            noise_mask = torch.arange(gamma, device=self.drafter.device) > 0
+            noise_mask = torch.arange(gamma, device=self.drafter.device) > seed.numel()
+        return block, noise_mask
+
+    def _j0(self, anchor, context, gamma, cur_len):
+        block, noise_mask = self._j0_inputs(anchor, context, gamma)
         return self.drafter.draft_block(self.cache, block, cur_len - 1, noise_mask, return_logits=True)
 
     def _draft(self, anchor, context, gamma, cur_len):
         """J0 and J Jacobi passes (no foresight models)."""
         draft, _ = self._j0(anchor, context, gamma, cur_len)
+        self.stats.drafter_runs += 1
 
         def draft_fn(inputs):
             return self.drafter.draft_block(self.cache, inputs, cur_len - 1)
@@ -305,12 +312,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         from .policy import acceptance_features
 
         drafter = self.drafter
-        seed = torch.tensor(list(seed_tokens[: gamma - 1]), dtype=anchor.dtype, device=anchor.device)
-        noise = sample_noise_tokens(context, gamma - 1 - seed.numel(), self.generator)
-        inputs = initial_block_inputs(anchor, torch.cat([seed, noise]))
-        noise_mask = None
-        if drafter.config.block_inputs == "mask":
-            noise_mask = torch.arange(gamma, device=drafter.device) > seed.numel()
+        inputs, noise_mask = self._j0_inputs(anchor, context, gamma, seed_tokens)
         draft, logits = drafter.draft_block(self.cache, inputs, cur_len - 1, noise_mask, return_logits=True)
         passes = 1
         for _ in range(self.options.num_jacobi_passes):
@@ -355,18 +357,17 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             candidates.append(Candidate("drafter", draft.tolist(), probs))
             if record:  # calibration rounds verify the whole drafted block
                 self._record = AcceptanceRecord(features.tolist(), accepted=0, verified=gamma)
-                choice = RoundChoice("drafter", draft.tolist(), VerifyChoice(gamma, 1.0, 1.0))
-                self._last_choice = (choice, proposal)
-                self.stats.chosen_lengths.append(gamma)
-                self.stats.round_sources.append("drafter")
-                return choice.tokens
+                return self._take(RoundChoice("drafter", draft.tolist(), VerifyChoice(gamma, 1.0, 1.0)), proposal)
         else:
             self.gate.skipped()
-        choice = best_candidate(candidates, costs)
-        self._last_choice = (choice, proposal)
-        self.stats.chosen_lengths.append(choice.choice.length)
-        self.stats.round_sources.append(choice.source)
-        return choice.tokens
+        return self._take(best_candidate(candidates, costs), proposal)
+
+    def _take(self, choice, proposal) -> list[int]:
+        """Record the round's choice (None: a plain step outside the policy's control) and return its tokens."""
+        self._last_choice = None if choice is None else (choice, proposal)
+        self.stats.chosen_lengths.append(0 if choice is None else choice.choice.length)
+        self.stats.round_sources.append("plain" if choice is None else choice.source)
+        return [] if choice is None else choice.tokens
 
     def _after_policy_round(self, input_ids, accepted: int, elapsed: float) -> None:
         self._last_ids = input_ids
@@ -376,8 +377,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         choice, proposal = self._last_choice
         if choice.source == "ngram" and proposal is not None:
             self.drafter.output_memory.observe(proposal, verified=self._proposed, accepted=accepted)
-        record = getattr(self, "_record", None)
-        if record is not None:
-            record.accepted = accepted
-            self.stats.acceptance_records.append(record)
+        if self._record is not None:
+            self._record.accepted = accepted
+            self.stats.acceptance_records.append(self._record)
             self._record = None

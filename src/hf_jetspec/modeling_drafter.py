@@ -323,6 +323,10 @@ class JetSpecDrafter(PreTrainedModel):
             self.__dict__["_output_memory"] = OutputMemory()
         return self.__dict__["_output_memory"]
 
+    @output_memory.setter
+    def output_memory(self, memory) -> None:
+        self.__dict__["_output_memory"] = memory
+
     @property
     def foresight(self):
         """``(adapter, calibration)`` attached with :meth:`attach_foresight`, or None."""
