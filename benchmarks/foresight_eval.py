@@ -24,7 +24,7 @@ from hf_jetspec.bench import _environment, build_items
 from hf_jetspec.data import load_eval_prompts
 from hf_jetspec.foresight.calibrate import load_records, save_records
 from hf_jetspec.foresight.decoder import ForesightDecoder
-from hf_jetspec.foresight.modeling_adapter import gap_recovered
+from hf_jetspec.training.losses import gap_recovered
 from hf_jetspec.foresight.replay import fit_fanout, replay_hit_rates
 from hf_jetspec.targets import companion_adapter_path, load_drafter_for
 

@@ -27,7 +27,7 @@ from hf_jetspec.foresight.fanout import (
     surrogate_hit_mass,
 )
 from hf_jetspec.foresight.outcomes import draft_token_probs, length_probs, outcome_scores, select_top_outcomes
-from hf_jetspec.verify import exact_match_verify
+from reference_verify import exact_match_verify
 
 from helpers import tiny_llama
 

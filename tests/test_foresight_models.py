@@ -8,7 +8,8 @@ from helpers import tiny_llama, tiny_qwen2
 from hf_jetspec import JetSpecDrafter
 from hf_jetspec.foresight.configuration_adapter import default_source_layers
 from hf_jetspec.foresight.decoder import ForesightDecoder
-from hf_jetspec.foresight.modeling_adapter import ForesightAdapter, gap_recovered, state_prediction_loss
+from hf_jetspec.foresight.modeling_adapter import ForesightAdapter
+from hf_jetspec.training.losses import gap_recovered, state_prediction_loss
 
 
 @pytest.mark.parametrize("make", [tiny_llama, tiny_qwen2])

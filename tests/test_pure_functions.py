@@ -5,10 +5,10 @@ import torch
 from hf_jetspec import default_target_layer_ids
 from hf_jetspec.configuration_drafter import rope_theta_of
 from hf_jetspec.jacobi import initial_block_inputs, jacobi_refine, refined_block_inputs, sample_noise_tokens
-from hf_jetspec.modeling_drafter import block_attention_mask, context_visibility
+from hf_jetspec.masks import block_attention_mask, context_visibility
 from hf_jetspec.stopping import first_stop_length, truncate_generate_output
 from hf_jetspec.stats import GenerationStats, accept_length_histogram
-from hf_jetspec.verify import exact_match_verify, greedy_accept_length, point_mass_accept_probability, rejection_accept_probability
+from reference_verify import exact_match_verify, greedy_accept_length, point_mass_accept_probability, rejection_accept_probability
 
 
 def test_default_layer_ids():

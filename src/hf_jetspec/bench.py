@@ -27,6 +27,9 @@ from pathlib import Path
 
 import torch
 
+from .data import chat_input_ids
+from .stats import GenerationStats
+
 JETSPEC_VARIANTS = {
     # name: drafting-config changes on top of the bench's jetspec options
     "jetspec": {},
@@ -87,17 +90,8 @@ class MethodRecord:
     committed: list[int] = field(default_factory=list)
     rounds: list[int] = field(default_factory=list)
     accepted: list[list[int]] = field(default_factory=list)
-    draft_time_s: float = 0.0
-    verify_time_s: float = 0.0
-    background_time_s: float = 0.0
-    cache_lookups: int = 0
-    cache_hits: int = 0
-    refreshes: int = 0
     peak_memory_mb: float = 0.0
-    sources: dict = field(default_factory=dict)
-    chosen_lengths: list[int] = field(default_factory=list)
-    drafter_runs: int = 0
-    cost_model: dict = field(default_factory=dict)
+    stats: GenerationStats | None = None  # JetSpec methods: the drafter's statistics, merged over prompts
 
 
 class RoundCounter:
@@ -194,13 +188,6 @@ def _cpu_name() -> str:
     return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
 
 
-def _chat_ids(tokenizer, messages):
-    if getattr(tokenizer, "chat_template", None):
-        enc = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
-        return enc["input_ids"]
-    return tokenizer("\n\n".join(m["content"] for m in messages), return_tensors="pt")["input_ids"]
-
-
 def build_items(tokenizer, target, prompts, max_new_tokens: int) -> list[tuple[str, torch.Tensor]]:
     """(id, input_ids) per benchmark item. A multi-turn prompt (MT-Bench) yields one item per turn;
     turn t is conditioned on the target's own greedy answers to the earlier turns."""
@@ -209,7 +196,7 @@ def build_items(tokenizer, target, prompts, max_new_tokens: int) -> list[tuple[s
         messages = []
         for t, turn in enumerate(p.turns):
             messages.append({"role": "user", "content": turn})
-            ids = _chat_ids(tokenizer, messages)
+            ids = chat_input_ids(tokenizer, messages)
             items.append((p.id if len(p.turns) == 1 else f"{p.id}-turn{t + 1}", ids))
             if t + 1 < len(p.turns):
                 with torch.no_grad():
@@ -390,22 +377,11 @@ def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True) -
     return records
 
 
-def _add_generation_stats(rec: MethodRecord, stats) -> None:
+def _add_generation_stats(rec: MethodRecord, stats: GenerationStats) -> None:
     rec.committed.append(stats.committed_tokens)
     rec.rounds.append(stats.rounds)
     rec.accepted.append(list(stats.accepted_lengths))
-    rec.draft_time_s += stats.draft_time_s
-    rec.verify_time_s += stats.verify_time_s
-    rec.background_time_s += stats.background_time_s
-    rec.cache_lookups += stats.cache_lookups
-    rec.cache_hits += stats.cache_hits
-    rec.refreshes += stats.refreshes
-    rec.chosen_lengths += stats.chosen_lengths
-    rec.drafter_runs += stats.drafter_runs
-    for source, count in stats.source_counts.items():
-        rec.sources[source] = rec.sources.get(source, 0) + count
-    if stats.cost_model:
-        rec.cost_model = stats.cost_model
+    rec.stats = stats if rec.stats is None else rec.stats.merge(stats)
 
 
 def measure_tie_margin(target, tokenizer, config: BenchConfig) -> dict:
@@ -501,21 +477,20 @@ def summarise(config: BenchConfig, setup: BenchSetup, records: dict[str, MethodR
             entry["speedup_vs_ar"] = speedup.compute(tokens=rec.tokens, seconds=rec.seconds, baseline_tokens=ar.tokens, baseline_seconds=ar.seconds)["speedup"]
             if not sampling:
                 entry["exact_match_vs_ar"] = exact.compute(predictions=rec.outputs, references=ar.outputs)["exact_match"]
-        if name in JETSPEC_VARIANTS:
-            from .stats import accept_length_histogram
-
-            n_rounds = max(1, sum(rec.rounds))
+        if rec.stats is not None:
+            st = rec.stats
+            n_rounds = max(1, st.rounds)
             entry.update(
-                draft_time_s=rec.draft_time_s,
-                verify_time_s=rec.verify_time_s,
-                exposed_draft_ms_per_round=1000 * rec.draft_time_s / n_rounds,
-                background_draft_ms_per_round=1000 * rec.background_time_s / n_rounds,
-                hit_rate=rec.cache_hits / rec.cache_lookups if rec.cache_lookups else None,
-                context_refreshes=rec.refreshes,
-                source_counts=rec.sources or None,
-                chosen_length_hist=accept_length_histogram(rec.chosen_lengths) if rec.chosen_lengths else None,
-                drafter_runs=rec.drafter_runs,
-                cost_model=rec.cost_model or None,
+                draft_time_s=st.draft_time_s,
+                verify_time_s=st.verify_time_s,
+                exposed_draft_ms_per_round=1000 * st.draft_time_s / n_rounds,
+                background_draft_ms_per_round=1000 * st.background_time_s / n_rounds,
+                hit_rate=st.hit_rate,
+                context_refreshes=st.refreshes,
+                source_counts=st.source_counts or None,
+                chosen_length_hist=st.chosen_length_hist or None,
+                drafter_runs=st.drafter_runs,
+                cost_model=st.cost_model or None,
             )
         if numerics and name in numerics.get("methods", {}):
             entry.update(numerics["methods"][name])

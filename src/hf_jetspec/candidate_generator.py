@@ -8,7 +8,6 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from transformers.generation.candidate_generator import CandidateGenerator
 
-from .drafter_cache import DrafterCache
 from .jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
 from .stats import GenerationStats
 
@@ -40,10 +39,11 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self.layer_ids = list(drafter.config.target_layer_ids)
         self.model_kwargs_overrides = {"output_hidden_states": [i + 1 for i in self.layer_ids]}
         self.max_length = generation_config.max_length
-        self.cache = DrafterCache(drafter.config.num_hidden_layers)
+        if options.compile:
+            drafter.compile_drafting()
+        self.cache = drafter.new_cache()
         self.generator = torch.Generator(device=drafter.device).manual_seed(options.seed)
         self.stats = GenerationStats()
-        drafter.generation_stats = self.stats
         self._is_prefill = True
         self._proposed = 0
         self._t_verify_start = time.perf_counter()
@@ -58,7 +58,6 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             self._init_foresight(target)
         if self.policy:
             self._init_policy(target)
-        drafter.__dict__["_active_generator"] = self
 
     # ------------------------------------------------------------------ foresight set-up
     def _init_foresight(self, target) -> None:
@@ -77,8 +76,8 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         wanted = sorted({i + 1 for i in self.layer_ids} | set(decoder.state_indices) | set(adapter.state_indices))
         self.model_kwargs_overrides = {"output_hidden_states": wanted}
         mode = self.options.pipeline
-        if mode == "auto":
-            mode = "stream" if self.drafter.device.type == "cuda" else "thread"
+        if mode == "auto":  # a worker thread competes with verification for the same CPU cores: in line there
+            mode = "stream" if self.drafter.device.type == "cuda" else "off"
         if self.options.foresight and mode in ("thread", "stream"):
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jetspec-foresight")
             if mode == "stream":
@@ -141,7 +140,8 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self.stats.background_time_s += busy
         return spec, record
 
-    def close(self) -> None:
+    def close(self) -> GenerationStats:
+        """Stop the foresight worker, store what this call taught the round policy, return the statistics."""
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
@@ -150,6 +150,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
                 self.memory.add_sequence(self._last_ids[0].tolist())
                 self._last_ids = None
             self.stats.cost_model = self.cost.summary(self.options.budget - 1)
+        return self.stats
 
     def _new_context_states(self, model_outputs, count: int) -> torch.Tensor:
         hidden = getattr(model_outputs, "hidden_states", None)
@@ -313,16 +314,16 @@ class JetSpecCandidateGenerator(CandidateGenerator):
 
         drafter = self.drafter
         inputs, noise_mask = self._j0_inputs(anchor, context, gamma, seed_tokens)
-        draft, logits = drafter.draft_block(self.cache, inputs, cur_len - 1, noise_mask, return_logits=True)
+        draft, head = drafter.draft_block_summary(self.cache, inputs, cur_len - 1, noise_mask)
         passes = 1
         for _ in range(self.options.num_jacobi_passes):
             new_inputs = torch.cat([anchor, draft[:-1]])
             if torch.equal(new_inputs, inputs):
                 break  # a fixed point: another pass returns the same draft
             inputs = new_inputs
-            draft, logits = drafter.draft_block(self.cache, inputs, cur_len - 1, return_logits=True)
+            draft, head = drafter.draft_block_summary(self.cache, inputs, cur_len - 1)
             passes += 1
-        top1 = torch.softmax(logits.float(), dim=-1).amax(-1)
+        top1 = head.top1_prob
         agreed = torch.zeros(gamma, dtype=torch.bool, device=draft.device)
         agreed[:-1] = draft[:-1] == inputs[1:]
         return draft.cpu(), acceptance_features(top1.cpu(), agreed.cpu()), passes

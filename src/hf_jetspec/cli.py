@@ -16,10 +16,13 @@ DEMO_PROMPTS = [
 ]
 
 
-def _chat_inputs(tokenizer, text: str):
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
-    return tokenizer(text, return_tensors="pt")
+def _chat_inputs(tokenizer, text: str) -> dict:
+    import torch
+
+    from .data import chat_input_ids
+
+    ids = chat_input_ids(tokenizer, text)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
 def cmd_demo(args) -> int:

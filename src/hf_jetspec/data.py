@@ -194,3 +194,15 @@ def frequent_response_tokens(tokenizer, n: int, chats: int = 3000, path: str | o
             break
         counts.update(tokenizer(chat[1]["content"])["input_ids"])
     return [t for t, _ in counts.most_common(n)]
+
+
+def chat_input_ids(tokenizer, messages: list[dict] | str):
+    """Prompt ids [1, T] of a chat (a list of ``{"role", "content"}`` messages, or one user message):
+    the tokenizer's chat template with the generation prompt, or the turns joined by blank lines when
+    it has none."""
+    if isinstance(messages, str):
+        messages = [{"role": "user", "content": messages}]
+    if getattr(tokenizer, "chat_template", None):
+        enc = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        return enc["input_ids"]
+    return tokenizer("\n\n".join(m["content"] for m in messages), return_tensors="pt")["input_ids"]

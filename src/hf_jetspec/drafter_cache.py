@@ -1,71 +1,135 @@
-"""The drafter's own key/value cache over the verified context."""
+"""Preallocated key/value caches of the models that keep a verified context (drafter, adapters, decoder).
+
+Keys and values of the verified context are written by index into per-layer buffers that grow by
+doubling, so a round never concatenates the context again. A forward over one block writes the
+block's own keys/values into the free rows right after the context (:meth:`DrafterCache.block_keys`)
+and attends over one contiguous view; those rows are scratch (the context length does not move),
+so the next pass or round simply overwrites them. Only verified positions ever become context:
+the cache never holds rejected tokens, and :meth:`DrafterCache.crop` exists for callers that
+rewind generation.
+"""
 
 from __future__ import annotations
 
 import torch
 
+from .masks import context_block_mask, prefix_block_mask
+
+MIN_CAPACITY = 256
+
 
 class DrafterCache:
-    """Per-layer keys/values of the drafter for the verified context before the anchor.
+    """Per-layer keys/values [1, kv_heads, capacity, head_dim] of the verified context before the anchor."""
 
-    Only verified positions ever enter this cache (block positions are recomputed every pass), so
-    it never holds rejected tokens; :meth:`crop` exists for callers that rewind generation.
-    """
-
-    def __init__(self, num_layers: int):
-        self.keys: list[torch.Tensor | None] = [None] * num_layers
-        self.values: list[torch.Tensor | None] = [None] * num_layers
+    def __init__(self, num_layers: int, capacity: int = MIN_CAPACITY):
+        self.num_layers = num_layers
+        self.capacity = max(1, int(capacity))
+        self._keys: list[torch.Tensor | None] = [None] * num_layers
+        self._values: list[torch.Tensor | None] = [None] * num_layers
+        self._lengths = [0] * num_layers
+        self._masks: dict[int, tuple[int, torch.Tensor]] = {}
 
     def __len__(self) -> int:
-        return 0 if self.keys[0] is None else self.keys[0].shape[2]
+        return self._lengths[0] if self.num_layers else 0
 
     def layer(self, i: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-        if self.keys[i] is None:
+        """Views of the cached keys/values of layer ``i`` (None while empty)."""
+        n = self._lengths[i]
+        if n == 0:
             return None
-        return self.keys[i], self.values[i]
+        return self._keys[i][:, :, :n], self._values[i][:, :, :n]
+
+    @property
+    def buffers(self) -> tuple[list, list]:
+        """The whole per-layer key and value buffers (capacity rows each; None before the first append)."""
+        return self._keys, self._values
+
+    def _reserve(self, i: int, rows: int, like: torch.Tensor) -> None:
+        """Make room for ``rows`` rows in layer ``i`` (allocate, or grow by doubling and copy once)."""
+        buf = self._keys[i]
+        if buf is not None and buf.shape[2] >= rows and buf.dtype == like.dtype and buf.device == like.device:
+            return
+        capacity = max(self.capacity, MIN_CAPACITY)
+        while capacity < rows:
+            capacity *= 2
+        self.capacity = capacity
+        shape = (1, like.shape[1], capacity, like.shape[3])
+        keys = torch.zeros(shape, dtype=like.dtype, device=like.device)
+        values = torch.zeros(shape, dtype=like.dtype, device=like.device)
+        n = self._lengths[i]
+        if n:
+            keys[:, :, :n] = self._keys[i][:, :, :n]
+            values[:, :, :n] = self._values[i][:, :, :n]
+        self._keys[i], self._values[i] = keys, values
 
     def append(self, i: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        if self.keys[i] is None:
-            self.keys[i], self.values[i] = k, v
-        else:
-            self.keys[i] = torch.cat([self.keys[i], k], dim=2)
-            self.values[i] = torch.cat([self.values[i], v], dim=2)
+        """Add the keys/values [1, kv_heads, T, D] of T verified positions to layer ``i``."""
+        n, t = self._lengths[i], k.shape[2]
+        self._reserve(i, n + t, k)
+        self._keys[i][:, :, n : n + t] = k
+        self._values[i][:, :, n : n + t] = v
+        self._lengths[i] = n + t
+
+    def block_keys(self, i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys/values of layer ``i``'s context followed by one block's rows ``k``/``v`` [1, kv, L, D].
+
+        The block rows go into the scratch rows after the context (not counted in ``len``), so the
+        result is one contiguous view with nothing concatenated."""
+        n, t = self._lengths[i], k.shape[2]
+        self._reserve(i, n + t, k)
+        self._keys[i][:, :, n : n + t] = k
+        self._values[i][:, :, n : n + t] = v
+        return self._keys[i][:, :, : n + t], self._values[i][:, :, : n + t]
+
+    def block_mask(self, length: int, causal: bool, device) -> torch.Tensor | None:
+        """[1, 1, L, len + L] mask of one block after the whole context (None when nothing is masked);
+        a view of a table built once per block length and capacity."""
+        if not causal:
+            return None
+        built = self._masks.get(length)
+        if built is None or built[0] < len(self) or built[1].device != torch.device(device):
+            capacity = max(self.capacity, len(self))
+            built = (capacity, prefix_block_mask(length, capacity).to(device))
+            self._masks[length] = built
+        return built[1][None, None, :, built[0] - len(self) :]
 
     def crop(self, length: int) -> None:
         if length < 0 or length > len(self):
             raise ValueError(f"cannot crop a cache of length {len(self)} to {length}")
-        for i in range(len(self.keys)):
-            if self.keys[i] is not None:
-                self.keys[i] = self.keys[i][:, :, :length]
-                self.values[i] = self.values[i][:, :, :length]
+        self._lengths = [min(n, length) for n in self._lengths]
 
 
-def batched_prefix(cache: DrafterCache, layer_index: int, extra, batch_size: int):
-    """Prefix keys/values of one layer for a batch of blocks: the cached context, then ``extra`` rows.
+class BlockAttention:
+    """What the layers of one forward over ``B`` blocks of ``L`` rows attend to: a cache's context,
+    optional extra rows (``extra = (per-layer keys/values [1, kv, E, D], visibility [B, E])``), and
+    each block itself.
 
-    ``extra`` is ``(per-layer [(keys, values)] of E rows, visibility [B, E])`` or None; every block
-    gets the same rows (which of them it may see is decided by :func:`context_block_mask`).
+    One block without extra rows (every plain drafting pass) takes the fast path: the block's keys
+    are written into the cache's scratch rows and the mask is a view of a prebuilt table. Batches
+    and extra rows concatenate per layer.
     """
-    keys = [] if cache.layer(layer_index) is None else [cache.layer(layer_index)]
-    if extra is not None:
-        keys.append(extra[0][layer_index])
-    if not keys:
-        return None
-    return (
-        torch.cat([k.expand(batch_size, -1, -1, -1) for k, _ in keys], dim=2),
-        torch.cat([v.expand(batch_size, -1, -1, -1) for _, v in keys], dim=2),
-    )
 
+    def __init__(self, cache: DrafterCache, batch_size: int, length: int, extra, causal: bool, device):
+        self.cache = cache
+        self.extra = extra
+        self.batch_size = batch_size
+        self.fast = extra is None and batch_size == 1 and cache.num_layers > 0
+        if self.fast:
+            self.mask = cache.block_mask(length, causal, device)
+        else:
+            self.mask = context_block_mask(batch_size, length, len(cache), None if extra is None else extra[1], causal, device)
 
-def context_block_mask(batch_size: int, length: int, context_len: int, extra_visible: torch.Tensor | None, causal: bool, device) -> torch.Tensor:
-    """Boolean mask [B, 1, L, C + E + L]: the whole cached context, the visible extra rows, the block itself.
-
-    ``extra_visible`` is [B, E] (the same rows for every position of a block) or None.
-    """
-    parts = [torch.ones(batch_size, length, context_len, dtype=torch.bool, device=device)]
-    if extra_visible is not None:
-        parts.append(extra_visible.to(device)[:, None, :].expand(batch_size, length, -1))
-    i = torch.arange(length, device=device)
-    inner = (i[None, :] <= i[:, None]) if causal else torch.ones(length, length, dtype=torch.bool, device=device)
-    parts.append(inner[None].expand(batch_size, length, length))
-    return torch.cat(parts, dim=-1)[:, None]
+    def keys(self, i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys/values layer ``i`` attends over, given the block's own ``k``/``v`` [B, kv, L, D]."""
+        if self.fast:
+            return self.cache.block_keys(i, k, v)
+        parts = [] if self.cache.layer(i) is None else [self.cache.layer(i)]
+        if self.extra is not None:
+            parts.append(self.extra[0][i])
+        if not parts:
+            return k, v
+        b = self.batch_size
+        return (
+            torch.cat([p.expand(b, -1, -1, -1).to(k.dtype) for p, _ in parts] + [k], dim=2),
+            torch.cat([q.expand(b, -1, -1, -1).to(v.dtype) for _, q in parts] + [v], dim=2),
+        )

@@ -33,8 +33,9 @@ class DraftingConfig:
             target states of the current draft and the decoder re-scores it before a pass.
         anchor_replacement: after a refresh, fix the draft up to the first position where the
             decoder's top token differs and write the decoder's token there.
-        pipeline: where foresight work runs: ``"auto"`` (a background CUDA stream on GPU, a worker
-            thread on CPU), ``"thread"``, or ``"off"`` (in line, before the block is verified).
+        pipeline: where foresight work runs: ``"auto"`` (a background CUDA stream on GPU, in line on
+            CPU, where a worker thread competes with verification for the same cores),
+            ``"thread"``, or ``"off"`` (in line, before the block is verified).
         conformal: cache only outcomes above the calibrated conformal threshold (up to
             ``cache_size``) instead of always ``cache_size``.
         record_rounds: keep per-round foresight records (decoder scores, features, realised
@@ -56,6 +57,9 @@ class DraftingConfig:
         record_acceptance: record per-round acceptance features in
             ``generation_stats.acceptance_records`` (for ``hf-jetspec calibrate-policy``); the
             drafter then drafts and verifies a full block every round.
+        compile: draft single blocks through a ``torch.compile``d step with static shapes
+            (:mod:`hf_jetspec.compiled_step`); the first round of each block length compiles.
+            Off by default: see ``benchmarks/round_cost.py --compile`` for what it costs and saves.
     """
 
     budget: int = 16
@@ -74,6 +78,7 @@ class DraftingConfig:
     max_ngram: int = 4
     output_memory: bool = True
     record_acceptance: bool = False
+    compile: bool = False
 
     def __post_init__(self):
         self.validate()

@@ -41,6 +41,35 @@ def rotary_cos_sin(
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
+class RotaryTable:
+    """Cos/sin tables of :func:`rotary_cos_sin` for positions ``0 .. capacity - 1``, built once per
+    dtype and device and grown by doubling; lookups index the table (same values, no trigonometry).
+
+    Give positions on the CPU where possible (the inference paths do): their range is then read
+    without a device synchronisation; the result is on ``device``."""
+
+    def __init__(self, head_dim: int, theta: float, capacity: int = 1024):
+        self.head_dim = head_dim
+        self.theta = theta
+        self.capacity = capacity
+        self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __call__(self, positions: torch.Tensor, dtype: torch.dtype, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+        device = torch.device(device) if device is not None else positions.device
+        top = int(positions.max()) + 1 if positions.numel() else 0
+        if top > self.capacity:
+            while self.capacity < top:
+                self.capacity *= 2
+            self._tables.clear()
+        key = (dtype, device)
+        table = self._tables.get(key)
+        if table is None:
+            table = rotary_cos_sin(torch.arange(self.capacity, device=device), self.head_dim, self.theta, dtype)
+            self._tables[key] = table
+        index = positions.to(device)
+        return table[0][index], table[1][index]
+
+
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate ``x`` of shape [B, heads, T, D] by cos/sin of shape [B, T, D]."""
     cos = cos.unsqueeze(1)
@@ -70,12 +99,15 @@ class Attention(nn.Module):
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        mask: torch.Tensor,
-        prefix_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
+        mask: torch.Tensor | None,
+        prefix_kv=None,
     ) -> torch.Tensor:
         """Attend from ``x`` [B, T, H] to ``prefix_kv`` (if any) followed by ``x`` itself.
 
-        ``mask`` is boolean, broadcastable to [B, 1, T, P + T] (True = may attend).
+        ``prefix_kv`` is a ``(keys, values)`` pair placed before the block's own, or a function
+        ``(k, v) -> (keys, values)`` that returns the full keys/values (a cache writing the block
+        rows in place, see :class:`~hf_jetspec.drafter_cache.BlockAttention`). ``mask`` is boolean,
+        broadcastable to [B, 1, T, P + T] (True = may attend), or None (attend to everything).
         """
         return attention_forward(self, x, cos, sin, mask, prefix_kv, self.num_heads, self.num_kv_heads, self.head_dim)
 
@@ -98,14 +130,12 @@ def attention_forward(attn: nn.Module, x, cos, sin, mask, prefix_kv, num_heads: 
     q = attn.q_proj(x).view(b, t, num_heads, head_dim).transpose(1, 2)
     q = apply_rotary(q, cos, sin)
     k, v = project_kv(attn, x, cos, sin, num_kv_heads, head_dim)
-    if prefix_kv is not None:
+    if callable(prefix_kv):
+        k, v = prefix_kv(k, v)
+    elif prefix_kv is not None:
         k = torch.cat([prefix_kv[0].to(k.dtype), k], dim=2)
         v = torch.cat([prefix_kv[1].to(v.dtype), v], dim=2)
-    if num_kv_heads != num_heads:
-        rep = num_heads // num_kv_heads
-        k = k.repeat_interleave(rep, dim=1)
-        v = v.repeat_interleave(rep, dim=1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=num_kv_heads != num_heads)
     return attn.o_proj(out.transpose(1, 2).reshape(b, t, num_heads * head_dim))
 
 

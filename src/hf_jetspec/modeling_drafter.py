@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -11,11 +12,15 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.utils import ModelOutput
 
-from .configuration_drafter import JetSpecDrafterConfig, default_target_layer_ids, rope_theta_of
-from .drafter_cache import DrafterCache, batched_prefix, context_block_mask
+from .configuration_drafter import JetSpecDrafterConfig
+from .drafter_cache import BlockAttention, DrafterCache
 from .drafting_config import DRAFTING_CONFIG_NAME, DraftingConfig
-from .layers import DecoderLayer, RMSNorm, rotary_cos_sin
+from .kernels import HeadSummary, head_summary
+from .layers import DecoderLayer, RMSNorm, RotaryTable
+from .masks import block_attention_mask, context_visibility
+from .numerics import log_normaliser
 from .stats import GenerationStats
+from .target_info import check_target_matches, target_decoder_layers, target_shape_fields
 
 
 @dataclass
@@ -24,98 +29,6 @@ class JetSpecDrafterOutput(ModelOutput):
 
     logits: torch.Tensor | None = None
     hidden_states: torch.Tensor | None = None
-
-
-def target_signature(target) -> dict:
-    """What a drafter must agree with: architecture, widths, depth and vocabulary of a target."""
-    cfg = target.config.get_text_config()
-    return {
-        "target_model_type": cfg.model_type,
-        "target_hidden_size": cfg.hidden_size,
-        "target_num_hidden_layers": cfg.num_hidden_layers,
-        "target_vocab_size": cfg.vocab_size,
-    }
-
-
-def target_decoder_layers(target) -> nn.ModuleList:
-    base = target.get_decoder() if hasattr(target, "get_decoder") else getattr(target, "model", target)
-    layers = getattr(base, "layers", None)
-    if layers is None:
-        raise ValueError(f"cannot find the decoder layers of {type(target).__name__}")
-    return layers
-
-
-def target_shape_fields(target) -> dict:
-    """Config fields shared by every add-on of ``target``: its signature and its layers' shape."""
-    cfg = target.config.get_text_config()
-    first_layer = target_decoder_layers(target)[0]
-    q_proj = getattr(getattr(first_layer, "self_attn", None), "q_proj", None)
-    return dict(
-        target_model_type=cfg.model_type,
-        target_hidden_size=cfg.hidden_size,
-        target_vocab_size=cfg.vocab_size,
-        target_num_hidden_layers=cfg.num_hidden_layers,
-        target_layer_ids=default_target_layer_ids(cfg.num_hidden_layers),
-        target_name_or_path=getattr(target, "name_or_path", None) or getattr(cfg, "_name_or_path", None),
-        hidden_size=cfg.hidden_size,
-        num_attention_heads=cfg.num_attention_heads,
-        num_key_value_heads=getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
-        head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
-        intermediate_size=cfg.intermediate_size,
-        rms_norm_eps=getattr(cfg, "rms_norm_eps", 1e-6),
-        rope_theta=rope_theta_of(cfg),
-        attention_bias=bool(q_proj is not None and q_proj.bias is not None),
-    )
-
-
-def check_target_matches(config, target, kind: str, builder: str, noun: str) -> None:
-    """Raise a ``ValueError`` naming both sides if ``target`` differs from the one ``config`` records.
-
-    ``kind`` is the class name shown in the message, ``noun`` the plain word ("drafter").
-    """
-    sig = target_signature(target)
-    diffs = [
-        f"{key[len('target_'):]}: {noun} built for {getattr(config, key)!r}, target has {value!r}"
-        for key, value in sig.items()
-        if getattr(config, key) != value
-    ]
-    if diffs:
-        name = getattr(target, "name_or_path", "") or type(target).__name__
-        raise ValueError(
-            f"This {kind} was built for {config.describe_target()}, but it was given the target "
-            f"{name!r} ({sig['target_model_type']}, hidden_size={sig['target_hidden_size']}, "
-            f"{sig['target_num_hidden_layers']} layers, vocab_size={sig['target_vocab_size']}). Mismatch in "
-            + "; ".join(diffs)
-            + f". Use a {noun} trained for this target, or build one with {builder}."
-        )
-    if target.get_input_embeddings() is None or target.get_output_embeddings() is None:
-        raise ValueError("the target must expose input and output embeddings (a *ForCausalLM model)")
-
-
-def context_visibility(anchor_positions: torch.Tensor, context_len: int) -> torch.Tensor:
-    """Default context visibility [B, nb, C]: block ``b`` sees the sequence positions before its anchor."""
-    ctx = torch.arange(context_len, device=anchor_positions.device)
-    return ctx[None, None, :] < anchor_positions[:, :, None]
-
-
-def block_attention_mask(ctx_visible: torch.Tensor, block_len: int, causal: bool) -> torch.Tensor:
-    """Boolean attention mask of packed blocks against a shared context.
-
-    ``ctx_visible`` [B, nb, C] says which context rows each block sees (see
-    :func:`context_visibility`); inside itself a block sees the positions up to its own
-    (``causal``) or the whole block (bidirectional). Blocks never see each other.
-    Returns [B, 1, nb * block_len, C + nb * block_len].
-    """
-    bsz, nb, context_len = ctx_visible.shape
-    device = ctx_visible.device
-    ctx = ctx_visible[:, :, None, :].expand(bsz, nb, block_len, context_len)
-    i = torch.arange(block_len, device=device)
-    inner = (i[None, :] <= i[:, None]) if causal else torch.ones(block_len, block_len, dtype=torch.bool, device=device)
-    same_block = torch.eye(nb, dtype=torch.bool, device=device)
-    blk = same_block[:, None, :, None] & inner[None, :, None, :]  # [nb, L, nb, L]
-    blk = blk.reshape(nb, block_len, nb * block_len)[None].expand(bsz, nb, block_len, nb * block_len)
-    mask = torch.cat([ctx, blk], dim=-1)
-    return mask.reshape(bsz, 1, nb * block_len, context_len + nb * block_len)
 
 
 class JetSpecDrafter(PreTrainedModel):
@@ -154,6 +67,7 @@ class JetSpecDrafter(PreTrainedModel):
         self.__dict__["_foresight"] = None
         self.__dict__["_acceptance"] = None
         self.__dict__["_output_memory"] = None
+        self._rotary_table = RotaryTable(config.head_dim, config.rope_theta)
         self.post_init()
 
     def _init_weights(self, module):
@@ -279,23 +193,26 @@ class JetSpecDrafter(PreTrainedModel):
         self.__dict__["_head_weight"] = head
 
     def attach_foresight(self, adapter, calibration=None) -> None:
-        """Use ``adapter`` (a :class:`~hf_jetspec.foresight.ForesightAdapter` for this drafter's read
-        layers, or a training-free :class:`~hf_jetspec.foresight.LayerSkipAdapter`) and an optional fitted :class:`~hf_jetspec.foresight.ForesightCalibration` for
-        foresight drafting and context refresh (``drafting_config.foresight`` /
-        ``num_context_refreshes``). ``adapter`` may be a folder, loaded with ``from_pretrained``.
-        The adapter is referenced, not saved with the drafter."""
-        from .foresight import ForesightAdapter, ForesightCalibration, LayerSkipAdapter
+        """Use a foresight adapter for foresight drafting and context refresh
+        (``drafting_config.foresight`` / ``num_context_refreshes``).
 
+        ``adapter`` is a :class:`~hf_jetspec.foresight.ForesightAdapter` for this drafter's read
+        layers, a training-free :class:`~hf_jetspec.foresight.LayerSkipAdapter`, the
+        :class:`~hf_jetspec.foresight.LoadedForesight` returned by
+        :func:`~hf_jetspec.foresight.load_foresight`, or a folder (loaded with it, in this drafter's
+        dtype). ``calibration`` is a fitted :class:`~hf_jetspec.foresight.ForesightCalibration` or its
+        file; by default the one loaded with the adapter. The adapter is referenced, not saved with
+        the drafter."""
         if isinstance(adapter, (str, os.PathLike)):
-            folder = adapter
-            if LayerSkipAdapter.is_folder(folder):
-                adapter = LayerSkipAdapter.from_pretrained(folder)
-            else:
-                adapter = ForesightAdapter.from_pretrained(folder, dtype=self.dtype).to(self.device)
-            if calibration is None and os.path.isfile(os.path.join(folder, "foresight_calibration.json")):
-                calibration = ForesightCalibration.load(folder)
+            from .foresight import load_foresight
+
+            adapter = load_foresight(adapter, dtype=self.dtype, device=self.device)
+        if hasattr(adapter, "adapter") and hasattr(adapter, "calibration"):  # a LoadedForesight
+            adapter, calibration = adapter.adapter, calibration if calibration is not None else adapter.calibration
         adapter.check_drafter(self)
         if isinstance(calibration, (str, os.PathLike)):
+            from .foresight import ForesightCalibration
+
             calibration = ForesightCalibration.load(calibration)
         self.__dict__["_foresight"] = (adapter.eval(), calibration)
 
@@ -355,27 +272,48 @@ class JetSpecDrafter(PreTrainedModel):
         return x
 
     def _rotary(self, positions: torch.Tensor):
-        return rotary_cos_sin(positions, self.config.head_dim, self.config.rope_theta, self.dtype)
+        return self._rotary_table(positions, self.dtype, self.device)
+
+    def _head(self) -> torch.Tensor:
+        """The draft head: the target's LM head rows of the draft vocabulary [V_draft, H]."""
+        head = self.__dict__["_head_weight"]
+        return self.target.get_output_embeddings().weight if head is None else head
 
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over the draft vocabulary (the target's LM head rows) for drafter outputs."""
-        head = self.__dict__["_head_weight"]
-        if head is None:
-            head = self.target.get_output_embeddings().weight
+        head = self._head()
         return F.linear(self.norm(hidden).to(head.dtype), head)
 
-    def draft_ids(self, logits: torch.Tensor) -> torch.Tensor:
-        ids = logits.argmax(-1)
+    def _to_target_ids(self, rows: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary row indices -> target token ids."""
         if self.config.draft_vocab_size is not None:
-            ids = self.draft_vocab.to(ids.device)[ids]
-        return ids
+            return self.draft_vocab.to(rows.device)[rows]
+        return rows
+
+    def draft_ids(self, logits: torch.Tensor) -> torch.Tensor:
+        return self._to_target_ids(logits.argmax(-1))
 
     # ------------------------------------------------------------------ inference path
+    def new_cache(self) -> DrafterCache:
+        """An empty key/value cache of the verified context for this drafter's layers (of the compiled
+        step's capacity once :meth:`compile_drafting` ran)."""
+        step = self.__dict__.get("_compiled_step")
+        return DrafterCache(self.config.num_hidden_layers, capacity=step.capacity if step is not None else 256)
+
+    def compile_drafting(self, capacity: int | None = None) -> None:
+        """Draft single blocks through a ``torch.compile``d step with static shapes
+        (:mod:`hf_jetspec.compiled_step`); the first call of each block length compiles."""
+        from .compiled_step import DEFAULT_CAPACITY, CompiledDraftStep
+
+        step = self.__dict__.get("_compiled_step")
+        if step is None or (capacity is not None and step.capacity != capacity):
+            self.__dict__["_compiled_step"] = CompiledDraftStep(self, capacity or DEFAULT_CAPACITY)
+
     @torch.no_grad()
     def append_context(self, cache: DrafterCache, target_states: torch.Tensor, positions: torch.Tensor) -> None:
         """Add verified positions (their read-layer states [1, T, n*H]) to the drafter cache."""
         ctx = self.project_context(target_states.to(self.device))
-        cos, sin = self._rotary(positions.to(self.device)[None])
+        cos, sin = self._rotary(positions[None])
         for i, layer in enumerate(self.layers):
             k, v = layer.context_kv(ctx, cos, sin)
             cache.append(i, k, v)
@@ -384,7 +322,7 @@ class JetSpecDrafter(PreTrainedModel):
     def extra_context(self, target_states: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per-layer keys/values of rows that are not in the cache (e.g. foresight-predicted states [1, E, n*H])."""
         ctx = self.project_context(target_states.to(self.device))
-        cos, sin = self._rotary(positions.to(self.device)[None])
+        cos, sin = self._rotary(positions[None])
         return [layer.context_kv(ctx, cos, sin) for layer in self.layers]
 
     @torch.no_grad()
@@ -410,21 +348,44 @@ class JetSpecDrafter(PreTrainedModel):
         return (ids[0], logits[0]) if return_logits else ids[0]
 
     @torch.no_grad()
-    def draft_blocks(self, cache: DrafterCache, block_input_ids: torch.Tensor, start_positions: torch.Tensor, noise_mask=None, extra=None):
+    def draft_block_summary(self, cache: DrafterCache, block_input_ids: torch.Tensor, start_position: int, noise_mask: torch.Tensor | None = None):
+        """:meth:`draft_block` for the round policy: the argmax draft ids [gamma] (target ids) and the
+        :class:`~hf_jetspec.kernels.HeadSummary` of each row (top-1 probability without a softmax copy;
+        on CUDA through the fused head kernel where it measured faster)."""
+        gamma = block_input_ids.shape[-1]
+        summary = self.draft_blocks(cache, block_input_ids.reshape(1, gamma), torch.tensor([start_position]),
+                                    None if noise_mask is None else noise_mask.reshape(1, gamma), summary=True)
+        return self._to_target_ids(summary.ids), summary
+
+    @torch.no_grad()
+    def draft_blocks(self, cache: DrafterCache, block_input_ids: torch.Tensor, start_positions: torch.Tensor, noise_mask=None, extra=None,
+                     summary: bool = False):
         """Draft a batch of blocks [B, gamma] starting at ``start_positions`` [B] against the cached context.
 
         ``extra = (per-layer keys/values of E rows, visibility [B, E])`` adds context rows that only
         some blocks see (foresight: predicted states of the block under verification up to each
-        outcome's k). Returns ``(ids [B, gamma], logits [B, gamma, V_draft])``.
+        outcome's k). Returns ``(ids [B, gamma], logits [B, gamma, V_draft])``, or with ``summary``
+        the rows' :class:`~hf_jetspec.kernels.HeadSummary` (flattened over B * gamma, draft-vocabulary
+        indices) instead.
         """
         bsz, gamma = block_input_ids.shape
         device = self.device
         x = self.embed_block(block_input_ids, noise_mask)
-        positions = start_positions.to(device)[:, None] + torch.arange(gamma, device=device)
+        positions = start_positions.cpu()[:, None] + torch.arange(gamma)  # on the CPU: the table reads its range for free
         cos, sin = self._rotary(positions)
-        mask = context_block_mask(bsz, gamma, len(cache), None if extra is None else extra[1], self.config.attention == "causal", device)
+        causal = self.config.attention == "causal"
+        step = self.__dict__.get("_compiled_step")
+        if step is not None and extra is None and bsz == 1 and step.usable(cache, gamma):
+            logits = step(self, cache, x, cos, sin, causal)
+            if summary:
+                top, ids = logits.reshape(-1, logits.shape[-1]).max(-1)
+                return HeadSummary(ids, top.float(), log_normaliser(logits.reshape(-1, logits.shape[-1])))
+            return self.draft_ids(logits), logits
+        attend = BlockAttention(cache, bsz, gamma, extra, causal, device)
         for li, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, mask, batched_prefix(cache, li, extra, bsz))
+            x = layer(x, cos, sin, attend.mask, partial(attend.keys, li))
+        if summary:
+            return head_summary(self.norm(x).reshape(bsz * gamma, -1), self._head())
         logits = self.draft_logits(x)
         return self.draft_ids(logits), logits
 

@@ -22,6 +22,16 @@ import torch
 from torch import nn
 
 
+def log_normaliser(logits: torch.Tensor) -> torch.Tensor:
+    """``logsumexp`` over the last dim in float32, accumulated without a float32 copy of ``logits``.
+
+    Exponentials are taken in the logits' own dtype after subtracting the row maximum (every term
+    lies in (0, 1], relative rounding below 2^-8 in bf16) and summed in float32."""
+    peak = logits.amax(-1, keepdim=True)
+    total = torch.exp(logits - peak).sum(-1, dtype=torch.float32)
+    return peak.squeeze(-1).float() + torch.log(total)
+
+
 def first_divergence(a: list[int], b: list[int]) -> int | None:
     """Index of the first position where two token lists differ (a shorter list differs where it ends); None if equal."""
     for i, (x, y) in enumerate(zip(a, b)):
@@ -133,7 +143,9 @@ def upcast_head(target) -> None:
     Logits then carry fp32 resolution instead of bf16's coarse steps, for plain decoding and
     verification alike. The head is copied (tied embeddings stay as they are for the input side).
     """
-    base = target.get_decoder() if hasattr(target, "get_decoder") else target.model
+    from .target_info import target_backbone
+
+    base = target_backbone(target)
     if not isinstance(base.norm, _Fp32):
         base.norm = _Fp32(base.norm)
     head = target.get_output_embeddings()

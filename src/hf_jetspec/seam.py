@@ -14,12 +14,20 @@ restores the originals.
 from __future__ import annotations
 
 import functools
+import threading
 
 import torch
 
 from transformers.generation.utils import GenerationMixin, GenerationMode
 
 _ORIGINALS: dict[str, object] = {}
+_CALLS = threading.local()  # per thread: a stack of the JetSpec generators of each running _assisted_decoding
+
+
+def _running_calls() -> list[list]:
+    if not hasattr(_CALLS, "stack"):
+        _CALLS.stack = []
+    return _CALLS.stack
 
 
 def _is_drafter(model) -> bool:
@@ -34,7 +42,11 @@ def _wrap_get_candidate_generator(original):
         if _is_drafter(assistant_model):
             from .candidate_generator import JetSpecCandidateGenerator
 
-            return JetSpecCandidateGenerator(self, assistant_model, generation_config, logits_processor)
+            generator = JetSpecCandidateGenerator(self, assistant_model, generation_config, logits_processor)
+            calls = _running_calls()
+            if calls:  # handed to the running _assisted_decoding, which closes it and publishes its statistics
+                calls[-1].append(generator)
+            return generator
         return original(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs, assistant_model, *args, **kwargs)
 
     return _get_candidate_generator
@@ -63,14 +75,17 @@ def _wrap_validate_generation_mode(original):
 def _wrap_assisted_decoding(original):
     @functools.wraps(original)
     def _assisted_decoding(self, input_ids, *args, **kwargs):
+        generators: list = []
+        _running_calls().append(generators)
         try:
             result = original(self, input_ids, *args, **kwargs)
         finally:
+            _running_calls().pop()
             assistant = kwargs.get("assistant_model")
-            if _is_drafter(assistant):  # stop the foresight worker of this call
-                generator = assistant.__dict__.pop("_active_generator", None)
-                if generator is not None:
-                    generator.close()
+            for generator in generators:  # stop the foresight worker; the statistics go to the drafter
+                stats = generator.close()
+                if _is_drafter(assistant):
+                    assistant.generation_stats = stats
         criteria = kwargs.get("stopping_criteria")
         if not _is_drafter(kwargs.get("assistant_model")) or criteria is None:
             return result

@@ -9,6 +9,7 @@ from .configuration_adapter import ForesightAdapterConfig
 from .decoder import ForesightDecoder
 from .engine import ForesightEngine, ForesightRecord
 from .layer_skip import LayerSkipAdapter, LayerSkipAdapterConfig
+from .loading import LoadedForesight, load_foresight
 from .modeling_adapter import ForesightAdapter
 
 AutoConfig.register(ForesightAdapterConfig.model_type, ForesightAdapterConfig, exist_ok=True)
@@ -24,5 +25,7 @@ __all__ = [
     "ForesightRecord",
     "LayerSkipAdapter",
     "LayerSkipAdapterConfig",
+    "LoadedForesight",
     "SpeculationCache",
+    "load_foresight",
 ]

@@ -11,6 +11,7 @@ import torch
 
 from .calibration import ForesightCalibration, conformal_threshold, fit_anchor_temperature, fit_feature_weights
 from .engine import ForesightRecord
+from .outcomes import TopRows
 
 
 def record_rounds(target, drafter, items: Iterable[tuple[str, torch.Tensor]], max_new_tokens: int, cache_size: int = 4,
@@ -111,13 +112,13 @@ def fit_calibration(records: list[ForesightRecord], miscoverage: float = 0.1, to
     return cal
 
 
-def record_rows(record: ForesightRecord) -> torch.Tensor:
-    """The decoder rows of a recorded round as a dense [gamma+1, V'] table (zero outside the kept top tokens)."""
-    vocab = 1 + max(max(r) for r in record.decoder_row_tokens)
-    rows = torch.zeros(len(record.decoder_row_tokens), vocab)
-    for k, (toks, probs) in enumerate(zip(record.decoder_row_tokens, record.decoder_row_probs)):
-        rows[k, toks] = torch.tensor(probs, dtype=torch.float32)
-    return rows
+def record_rows(record: ForesightRecord) -> TopRows:
+    """The decoder rows of a recorded round (its kept top tokens per row and ``p_hat`` of the draft)."""
+    return TopRows(
+        torch.tensor(record.decoder_row_tokens, dtype=torch.long),
+        torch.tensor(record.decoder_row_probs, dtype=torch.float32),
+        torch.tensor(record.p_hat, dtype=torch.float32),
+    )
 
 
 def calibrated_outcome_scores(cal: ForesightCalibration, record: ForesightRecord) -> list[tuple[float, int, int]]:

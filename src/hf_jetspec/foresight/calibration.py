@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .outcomes import length_probs
+from .outcomes import TopRows, length_probs, rank_outcomes
 
 CALIBRATION_NAME = "foresight_calibration.json"
 FEATURE_NAMES = ("draft_top1_logit", "decoder_draft_logit", "draft_is_decoder_top", "decoder_alt_logit", "position", "bias")
@@ -66,31 +66,40 @@ def position_features(
     )
 
 
-def decoder_position_stats(bonus_probs: torch.Tensor, draft: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """From decoder rows [gamma+1, V] and the draft [gamma]: ``p_hat_i``, top-token flag, alt prob."""
+def decoder_position_stats(rows: "TopRows | torch.Tensor", draft: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """From decoder rows (sparse :class:`TopRows`, or dense [gamma+1, V]) and the draft [gamma]:
+    ``p_hat_i``, top-token flag, alt prob ``max_{a != d_i} p_hat(a | i-1) / (1 - p_hat_i)``."""
+    if isinstance(rows, torch.Tensor):
+        rows = TopRows.from_probs(rows, draft, top=2)
     gamma = draft.shape[-1]
-    rows = bonus_probs[..., :gamma, :]
-    p_hat = rows.gather(-1, draft[..., None].long()).squeeze(-1)
-    is_top = rows.argmax(-1) == draft
-    others = rows.scatter(-1, draft[..., None].long(), 0.0)
-    alt = others.max(-1).values / (1 - p_hat).clamp(min=1e-12)
+    draft = draft.to(rows.ids.device)
+    p_hat = rows.draft_probs[:gamma]
+    is_top = rows.ids[:gamma, 0] == draft
+    best_other = torch.where(is_top, rows.probs[:gamma, 1], rows.probs[:gamma, 0])
+    alt = best_other / (1 - p_hat).clamp(min=1e-12)
     return p_hat, is_top, alt.clamp(max=1.0)
+
+
+def anchor_candidates_top(ids: torch.Tensor, probs: torch.Tensor, excluded: int | None, beta: float = 1.0, top: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """``P_beta(a | k)`` over one row's most likely tokens ``ids`` (probabilities ``probs``, most likely
+    first), ``excluded`` removed and zero-probability tokens dropped, keeping the first ``top``.
+
+    Returns ``(tokens [m], probs [m])`` sorted by probability; probs sum to 1.
+    """
+    keep = probs > 0
+    if excluded is not None:
+        keep &= ids != excluded
+    toks, vals = ids[keep][:top], probs[keep][:top].float()
+    logp = torch.log(vals.clamp(min=1e-30)) / beta
+    return toks, torch.softmax(logp, dim=-1)
 
 
 def anchor_candidates(
     bonus_row: torch.Tensor, excluded: int | None, beta: float = 1.0, top: int = 32
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``P_beta(a | k)`` over the decoder's top ``top`` tokens of one row, ``excluded`` removed.
-
-    Returns ``(tokens [m], probs [m])`` sorted by probability; probs sum to 1.
-    """
-    row = bonus_row.float().clone()
-    if excluded is not None:
-        row[excluded] = 0.0
-    m = min(top, int((row > 0).sum()))
-    vals, toks = torch.topk(row, m)
-    logp = torch.log(vals.clamp(min=1e-30)) / beta
-    return toks, torch.softmax(logp, dim=-1)
+    """:func:`anchor_candidates_top` of a dense row [V]."""
+    vals, toks = torch.sort(bonus_row.float(), descending=True, stable=True)
+    return anchor_candidates_top(toks, vals, excluded, beta, top)
 
 
 @dataclass
@@ -115,24 +124,25 @@ class ForesightCalibration:
         """``P_tilde(k)``, k = 0..gamma."""
         return length_probs(self.accept_probs(features))
 
-    def scored_outcomes(self, features: torch.Tensor, bonus_probs: torch.Tensor, draft: torch.Tensor) -> list[tuple[float, int, int]]:
-        """Every candidate outcome with its calibrated score: a list of ``(score, k, a)``."""
+    def scored_outcomes(self, features: torch.Tensor, rows: "TopRows | torch.Tensor", draft: torch.Tensor) -> list[tuple[float, int, int]]:
+        """Every candidate outcome with its calibrated score: a list of ``(score, k, a)``. ``rows`` are the
+        decoder's (sparse :class:`TopRows` keeping at least ``top_candidates + 1`` tokens, or dense)."""
+        if isinstance(rows, torch.Tensor):
+            rows = TopRows.from_probs(rows, draft, self.top_candidates + 1)
         pk = self.length_probs(features)
         gamma = draft.shape[-1]
         out = []
         for k in range(gamma + 1):
             excluded = int(draft[k]) if k < gamma else None
-            toks, probs = anchor_candidates(bonus_probs[k], excluded, self.beta, self.top_candidates)
+            toks, probs = anchor_candidates_top(rows.ids[k], rows.probs[k], excluded, self.beta, self.top_candidates)
             for t, p in zip(toks.tolist(), (probs * pk[k]).tolist()):
                 out.append((p, k, t))
         return out
 
-    def select(self, features: torch.Tensor, bonus_probs: torch.Tensor, draft: torch.Tensor, cache_size: int, conformal: bool = False) -> list[tuple[int, int]]:
+    def select(self, features: torch.Tensor, rows: "TopRows | torch.Tensor", draft: torch.Tensor, cache_size: int, conformal: bool = False) -> list[tuple[int, int]]:
         """The outcomes to pre-draft: the ``cache_size`` best, or the conformal set capped at it."""
-        scored = sorted(self.scored_outcomes(features, bonus_probs, draft), key=lambda s: (-s[0], s[1], s[2]))
-        if conformal and self.threshold is not None:
-            scored = [s for s in scored if s[0] >= self.threshold]
-        return [(k, a) for _, k, a in scored[:cache_size]]
+        threshold = self.threshold if conformal else None
+        return rank_outcomes(self.scored_outcomes(features, rows, draft), cache_size, threshold)
 
     # ------------------------------------------------------------------ persistence
     def save(self, directory: str | os.PathLike) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..drafter_cache import DrafterCache
-from ..modeling_drafter import target_decoder_layers
+from ..target_info import target_backbone, target_decoder_layers
 from .target_layers import SUPPORTED_TYPES, TargetLayerChain
 
 __all__ = ["ForesightDecoder", "SUPPORTED_TYPES"]
@@ -30,8 +30,7 @@ class ForesightDecoder:
         if not 0 <= deepest_read_layer < num_layers - 1:
             raise ValueError(f"the deepest read layer must be below the target's last layer (0..{num_layers - 2}), got {deepest_read_layer}")
         self.chain = TargetLayerChain(target, list(range(deepest_read_layer + 1, num_layers)), "foresight decoder")
-        base = target.get_decoder() if hasattr(target, "get_decoder") else target.model
-        self.norm = base.norm
+        self.norm = target_backbone(target).norm
         self.head = target.get_output_embeddings()
 
     @property
@@ -53,12 +52,22 @@ class ForesightDecoder:
         return self.chain.kv(layer_inputs, positions)
 
     @torch.no_grad()
+    def hidden(self, cache: DrafterCache, top_states: torch.Tensor, start_positions: torch.Tensor, extra=None):
+        """Final hidden states [B, L, H] (before the norm) from predicted states [B, L, H] at the deepest
+        read layer, and each reused layer's input. ``extra`` (keys/values per layer, visibility [B, E])
+        adds predicted context rows."""
+        return self.chain.run(cache, top_states.to(self.head.weight.dtype), start_positions, extra)
+
+    def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Final norm + LM head of the rows it is given (only the rows a caller needs)."""
+        return self.head(self.norm(hidden))
+
+    @torch.no_grad()
     def logits(self, cache: DrafterCache, top_states: torch.Tensor, start_positions: torch.Tensor, extra=None, return_layer_inputs: bool = False):
         """Target logits estimated from predicted states [B, L, H] at the deepest read layer.
 
-        Row j of block b estimates the target's next-token logits after block index j. ``extra``
-        (keys/values per layer, visibility [B, E]) adds predicted context rows.
+        Row j of block b estimates the target's next-token logits after block index j.
         """
-        x, inputs = self.chain.run(cache, top_states.to(self.head.weight.dtype), start_positions, extra)
-        out = self.head(self.norm(x))
+        x, inputs = self.hidden(cache, top_states, start_positions, extra)
+        out = self.head_logits(x)
         return (out, inputs) if return_layer_inputs else out

@@ -20,7 +20,7 @@ import torch
 from ..drafter_cache import DrafterCache
 from .cache import CachedBlock, SpeculationCache
 from .calibration import ForesightCalibration, decoder_position_stats, position_features
-from .outcomes import outcome_scores, select_top_outcomes
+from .outcomes import TopRows, top_outcomes
 
 RECORD_TOP = 33  # top tokens kept per row in round records (32 candidates + the excluded draft token)
 
@@ -54,10 +54,11 @@ class PredictedRows:
 
 @dataclass
 class BlockScore:
-    """Adapter + decoder view of a block ``[t_0 .. t_gamma]``: predicted rows and decoder probabilities."""
+    """Adapter + decoder view of blocks ``[t_0 .. t_gamma]``: predicted rows and the decoder's final states."""
 
-    rows: PredictedRows  # gamma + 1 rows
-    probs: torch.Tensor  # [gamma + 1, V] decoder estimate of the target's next-token law after each index
+    rows: PredictedRows  # gamma + 1 rows of the first (or only) block
+    hidden: torch.Tensor  # [B, gamma + 1, H] decoder states before its norm and LM head
+    pred: torch.Tensor | None = None  # [B, gamma + 1, n_read * H] predicted read-layer states of every block
 
 
 @dataclass
@@ -100,28 +101,48 @@ class ForesightEngine:
         self.decoder.append_context(self.decoder_cache, [hidden_states[i][:, :count] for i in self.decoder.state_indices], positions)
 
     # ------------------------------------------------------------------ scoring
-    def score(self, tokens: torch.Tensor, start: int, rows: PredictedRows | None = None) -> BlockScore:
-        """Predict the target rows of block ``tokens`` [L] at ``start`` and the decoder's estimates."""
-        start_t = torch.tensor([start])
+    def score(self, tokens: torch.Tensor, start: int | torch.Tensor, rows: PredictedRows | None = None, visible: torch.Tensor | None = None) -> BlockScore:
+        """Predict the target rows of blocks ``tokens`` ([L] or [B, L]) at ``start`` ([B]) and run the decoder.
+
+        ``rows`` are predicted context rows before the blocks; block b sees those marked in ``visible``
+        [B, E] (all of them by default). The LM head is left to the caller (:meth:`top_rows`,
+        :meth:`decoder_argmax`), which applies it only to the rows it needs."""
+        tokens = tokens.reshape(-1, tokens.shape[-1])
+        bsz, length = tokens.shape
+        start_t = torch.as_tensor(start).reshape(-1).expand(bsz)
         a_extra = d_extra = None
         if rows is not None and len(rows):
-            vis = torch.ones(1, len(rows), dtype=torch.bool)
+            vis = torch.ones(bsz, len(rows), dtype=torch.bool) if visible is None else visible
             a_extra = (self.adapter.extra_context(rows.states, rows.positions, rows.adapter_inputs), vis)
             d_extra = (self.decoder.extra_context(rows.decoder_inputs, rows.positions), vis)
-        pred, a_inputs = self.adapter.predict(self.adapter_cache, tokens[None].to(self.adapter.device), start_t, a_extra, return_layer_inputs=True)
+        pred, a_inputs = self.adapter.predict(self.adapter_cache, tokens.to(self.adapter.device), start_t, a_extra, return_layer_inputs=True)
         top = pred[..., -self.adapter.config.hidden_size :]
-        logits, dec_inputs = self.decoder.logits(self.decoder_cache, top.to(self.decoder.head.weight.device), start_t, d_extra, return_layer_inputs=True)
-        positions = torch.arange(start, start + tokens.numel())
-        return BlockScore(PredictedRows(pred, dec_inputs, positions, a_inputs), torch.softmax(logits[0].float(), -1))
+        hidden, dec_inputs = self.decoder.hidden(self.decoder_cache, top.to(self.decoder.head.weight.device), start_t, d_extra)
+        positions = int(start_t[0]) + torch.arange(length)
+        first = PredictedRows(pred[:1], [h[:1] for h in dec_inputs], positions, [h[:1] for h in a_inputs])
+        return BlockScore(first, hidden, pred)
+
+    def top_rows(self, scored: BlockScore, draft: torch.Tensor, top: int) -> TopRows:
+        """The decoder's rows of the first block, sparse: full normaliser, ``top`` tokens per row."""
+        return TopRows.from_logits(self.decoder.head_logits(scored.hidden[0]), draft.to(scored.hidden.device), top)
+
+    def decoder_argmax(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The decoder's top token for decoder states [..., H] (no normaliser needed)."""
+        return self.decoder.head_logits(hidden).argmax(-1)
+
+    def _kv(self, rows: PredictedRows | None):
+        """The drafter's keys/values of predicted rows (per layer), or None."""
+        if rows is None or not len(rows):
+            return None
+        return self.drafter.extra_context(rows.states, rows.positions)
 
     # ------------------------------------------------------------------ drafting passes
-    def draft_pass(self, cache: DrafterCache, tokens: torch.Tensor, start: int, fixed: int, rows: PredictedRows | None):
-        """One drafter pass over ``tokens`` [gamma+1] from pass anchor ``fixed``; returns (tokens, logits)."""
+    def draft_pass(self, cache: DrafterCache, tokens: torch.Tensor, start: int, fixed: int, kv):
+        """One drafter pass over ``tokens`` [gamma+1] from pass anchor ``fixed`` with extra rows' keys/values
+        ``kv`` (per layer, all visible) or None; returns (tokens, logits)."""
         gamma = tokens.numel() - 1
         inputs = tokens[fixed:gamma][None].to(self.drafter.device)
-        extra = None
-        if rows is not None and len(rows):
-            extra = (self.drafter.extra_context(rows.states, rows.positions), torch.ones(1, len(rows), dtype=torch.bool))
+        extra = None if kv is None else (kv, torch.ones(1, kv[0][0].shape[2], dtype=torch.bool))
         ids, logits = self.drafter.draft_blocks(cache, inputs, torch.tensor([start + fixed]), None, extra)
         out = tokens.clone()
         out[fixed + 1 :] = ids[0].to(out.device, out.dtype)
@@ -138,35 +159,115 @@ class ForesightEngine:
         """
         gamma = tokens.numel() - 1
         scored = self.score(tokens, start, context_rows)
-        top = scored.probs.argmax(-1)
-        i = next((j for j in range(fixed + 1, gamma + 1) if int(top[j - 1]) != int(tokens[j])), None)
+        i = self._first_disagreement(scored.hidden[0], tokens, fixed)
         if i is None:  # the decoder agrees with the whole draft: nothing left to redraft
             return tokens, gamma, scored.rows, False
         out = tokens.clone()
         if self.options.anchor_replacement:
-            out[i] = top[i - 1].to(out.dtype)
+            out[i] = self._replacement.to(out.dtype)
         return out, i, scored.rows.head(i), bool(self.options.anchor_replacement)
+
+    def _first_disagreement(self, hidden: torch.Tensor, tokens: torch.Tensor, fixed: int) -> int | None:
+        """First i in fixed+1..gamma where the decoder's top token after i-1 is not ``tokens[i]``
+        (decoder rows ``fixed .. gamma-1`` only); its top token is kept in ``self._replacement``."""
+        gamma = tokens.numel() - 1
+        top = self.decoder_argmax(hidden[fixed:gamma]).cpu()
+        diff = (top != tokens[fixed + 1 :].cpu()).nonzero()
+        if diff.numel() == 0:
+            return None
+        self._replacement = top[int(diff[0, 0])]
+        return fixed + 1 + int(diff[0, 0])
 
     def refine(self, cache: DrafterCache, tokens: torch.Tensor, start: int, logits: torch.Tensor, passes: int, refreshes: int,
                context_rows: PredictedRows | None = None, stats=None):
-        """J Jacobi passes with a context refresh before each of the first R (Appendix D). Returns (tokens, logits)."""
+        """J Jacobi passes with a context refresh before each of the first R (Appendix D). Returns (tokens, logits).
+
+        The drafter's keys/values of ``context_rows`` are computed once; those of a refresh's block
+        rows once per refresh."""
         fixed = 0
         gamma = tokens.numel() - 1
-        block_rows = None
+        ctx_kv = self._kv(context_rows)
+        kv = ctx_kv
         for r in range(passes):
             if r < refreshes:
                 tokens, fixed, block_rows, replaced = self.refresh(tokens, start, fixed, context_rows)
+                kv = _cat_kv(ctx_kv, self._kv(block_rows))
                 if stats is not None:
                     stats.refreshes += 1
                     stats.anchor_replacements += int(replaced)
             if fixed >= gamma:
                 break
-            rows = block_rows if context_rows is None else context_rows.cat(block_rows)
-            new, new_logits = self.draft_pass(cache, tokens, start, fixed, rows)
+            new, new_logits = self.draft_pass(cache, tokens, start, fixed, kv)
             logits = torch.cat([logits[:fixed], new_logits], 0)
             if torch.equal(new, tokens) and r + 1 >= refreshes:
                 break
             tokens = new
+        return tokens, logits
+
+    def refine_outcomes(self, cache: DrafterCache, tokens: torch.Tensor, starts: torch.Tensor, logits: torch.Tensor, rows: PredictedRows,
+                        ks: torch.Tensor, passes: int, refreshes: int):
+        """:meth:`refine` of B pre-drafted blocks at once.
+
+        Block b is ``tokens[b]`` [gamma+1] at ``starts[b]``, after the first ``ks[b] + 1`` of the
+        predicted ``rows`` of the block under verification. Every refresh scores all B blocks in one
+        adapter + decoder pass, and every Jacobi pass drafts all of them in one drafter pass: block b
+        reads its inputs from its own pass anchor on (right-padded to a common length), the
+        predicted rows it may see and its own refreshed rows. Returns (tokens [B, gamma+1], logits
+        [B, gamma, V_draft])."""
+        bsz, width = tokens.shape
+        gamma = width - 1
+        tokens, logits = tokens.clone(), logits.clone()
+        fixed = torch.zeros(bsz, dtype=torch.long)
+        done = torch.zeros(bsz, dtype=torch.bool)
+        ctx_visible = torch.arange(len(rows))[None, :] <= ks[:, None]
+        ctx_kv = self._kv(rows)
+        block_states = block_positions = block_owner = None
+        for r in range(passes):
+            if r < refreshes:
+                scored = self.score(tokens, starts, rows, ctx_visible)
+                states, positions, owner = [], [], []
+                for b in range(bsz):
+                    if done[b]:
+                        continue
+                    i = self._first_disagreement(scored.hidden[b], tokens[b], int(fixed[b]))
+                    if i is None:
+                        fixed[b] = gamma
+                        done[b] = True
+                        continue
+                    if self.options.anchor_replacement:
+                        tokens[b, i] = self._replacement.to(tokens.dtype)
+                    fixed[b] = i
+                    states.append(scored.pred[b : b + 1, :i])
+                    positions.append(int(starts[b]) + torch.arange(i))
+                    owner.append(torch.full((i,), b))
+                if states:
+                    block_states, block_positions, block_owner = torch.cat(states, 1), torch.cat(positions), torch.cat(owner)
+                else:
+                    block_states = block_positions = block_owner = None
+            live = (~done).nonzero().flatten()
+            if live.numel() == 0:
+                break
+            kv, visible = ctx_kv, ctx_visible
+            if block_states is not None:
+                own_kv = self.drafter.extra_context(block_states, block_positions)
+                kv = _cat_kv(ctx_kv, own_kv)
+                visible = torch.cat([ctx_visible, block_owner[None, :] == torch.arange(bsz)[:, None]], 1)
+            length = gamma - int(fixed[live].min())
+            inputs = torch.zeros(live.numel(), length, dtype=tokens.dtype)
+            for n, b in enumerate(live.tolist()):
+                f = int(fixed[b])
+                inputs[n, : gamma - f] = tokens[b, f:gamma]
+            extra = None if kv is None else (kv, visible[live])
+            ids, new_logits = self.drafter.draft_blocks(cache, inputs.to(self.drafter.device), starts[live] + fixed[live], None, extra)
+            ids = ids.cpu()
+            for n, b in enumerate(live.tolist()):
+                f = int(fixed[b])
+                new = tokens[b].clone()
+                new[f + 1 :] = ids[n, : gamma - f].to(tokens.dtype)
+                logits[b, f:] = new_logits[n, : gamma - f]
+                if torch.equal(new, tokens[b]) and r + 1 >= refreshes:
+                    done[b] = True
+                tokens[b] = new
         return tokens, logits
 
     # ------------------------------------------------------------------ foresight round
@@ -181,15 +282,17 @@ class ForesightEngine:
         budget_gamma = self.options.budget - 1
         scored = self.score(tokens, start)
         draft = tokens[1:]
+        width = max(self.options.cache_size, self.calibration.top_candidates if self.calibration is not None else 0) + 1
+        rows = self.top_rows(scored, draft, max(width, RECORD_TOP) if record else width)
         dprobs = torch.softmax(draft_logits.float(), -1)
         draft_top1 = dprobs.max(-1).values
-        p_hat, is_top, alt = decoder_position_stats(scored.probs, draft.to(scored.probs.device))
+        p_hat, is_top, alt = decoder_position_stats(rows, draft)
         scale = self.calibration.position_scale if self.calibration is not None else 14.0
         feats = position_features(draft_top1.to(p_hat.device), p_hat, is_top, alt, scale)
         if self.calibration is not None:
-            picked = self.calibration.select(feats, scored.probs, draft, self.options.cache_size, self.options.conformal)
+            picked = self.calibration.select(feats, rows, draft, self.options.cache_size, self.options.conformal)
         else:
-            picked = select_top_outcomes(outcome_scores(scored.probs, draft.to(scored.probs.device)), self.options.cache_size)
+            picked = top_outcomes(rows, draft, self.options.cache_size)
         spec = SpeculationCache()
         if picked:
             ks = torch.tensor([k for k, _ in picked])
@@ -199,7 +302,7 @@ class ForesightEngine:
                 spec.put(CachedBlock(k=k, anchor=a, tokens=blocks[b], logits=logits[b]))
         rec = None
         if record:
-            rec = self._record(draft, dprobs, draft_top1, p_hat, scored.probs, feats, picked)
+            rec = self._record(draft, dprobs, draft_top1, rows, feats, picked)
             rec.draft_row_tokens = self._to_target_ids(rec.draft_row_tokens)
         return spec, rec
 
@@ -208,22 +311,18 @@ class ForesightEngine:
         bsz = ks.numel()
         e = len(rows)
         visible = torch.arange(e)[None, :] <= ks[:, None]  # rows of y0, d_1 .. d_k
-        extra = (self.drafter.extra_context(rows.states, rows.positions), visible)
+        extra = (self._kv(rows), visible)
         starts = start + ks + 1
         g = torch.Generator().manual_seed(int(self.options.seed) + start)
         src = noise_source.reshape(-1).cpu()
         noise = src[torch.randint(0, src.numel(), (bsz, gamma - 1), generator=g)]
         inputs = torch.cat([anchors[:, None], noise], 1)
         ids, logits = self.drafter.draft_blocks(cache, inputs.to(self.drafter.device), starts, None, extra)
-        if self.options.num_context_refreshes > 0:  # refreshes differ per block: refine one by one
-            out_ids, out_logits = [], []
-            for b in range(bsz):
-                tokens = torch.cat([anchors[b : b + 1], ids[b].cpu()])
-                tokens, lg = self.refine(cache, tokens, int(starts[b]), logits[b], self.options.num_jacobi_passes,
-                                         self.options.num_context_refreshes, context_rows=rows.head(int(ks[b]) + 1))
-                out_ids.append(tokens[1:])
-                out_logits.append(lg)
-            return torch.stack(out_ids), torch.stack(out_logits)
+        if self.options.num_context_refreshes > 0:  # refreshes move each block's pass anchor: the batched refine
+            tokens = torch.cat([anchors[:, None], ids.cpu()], 1)
+            tokens, logits = self.refine_outcomes(cache, tokens, starts, logits, rows, ks, self.options.num_jacobi_passes,
+                                                  self.options.num_context_refreshes)
+            return tokens[:, 1:], logits
         for _ in range(self.options.num_jacobi_passes):
             inputs = torch.cat([anchors[:, None].to(ids.device), ids[:, :-1]], 1)
             new, logits = self.drafter.draft_blocks(cache, inputs, starts, None, extra)
@@ -237,20 +336,26 @@ class ForesightEngine:
             return rows
         return [self._draft_vocab[torch.tensor(r, dtype=torch.long)].tolist() for r in rows]
 
-    def _record(self, draft, dprobs, draft_top1, p_hat, probs, feats, picked) -> ForesightRecord:
+    def _record(self, draft, dprobs, draft_top1, rows: TopRows, feats, picked) -> ForesightRecord:
         idx = draft.cpu().long() if self._draft_index is None else self._draft_index[draft.cpu().long()]
         own = torch.where(idx >= 0, dprobs.cpu().gather(-1, idx.clamp(min=0)[:, None]).squeeze(-1), torch.zeros(()))
         dv, di = torch.topk(dprobs, min(RECORD_TOP, dprobs.shape[-1]), -1)
-        pv, pi = torch.topk(probs, min(RECORD_TOP, probs.shape[-1]), -1)
         return ForesightRecord(
             draft=draft.tolist(),
             draft_top1=draft_top1.tolist(),
             draft_own_prob=own.tolist(),
             draft_row_tokens=di.tolist(),
             draft_row_probs=dv.tolist(),
-            p_hat=p_hat.tolist(),
-            decoder_row_tokens=pi.tolist(),
-            decoder_row_probs=pv.tolist(),
+            p_hat=rows.draft_probs.tolist(),
+            decoder_row_tokens=rows.ids[:, :RECORD_TOP].tolist(),
+            decoder_row_probs=rows.probs[:, :RECORD_TOP].tolist(),
             features=feats.tolist(),
             selected=list(picked),
         )
+
+
+def _cat_kv(a, b):
+    """Per-layer keys/values of two sets of extra rows, one after the other (either may be None)."""
+    if a is None or b is None:
+        return a if b is None else b
+    return [(torch.cat([ka, kb], 2), torch.cat([va, vb], 2)) for (ka, va), (kb, vb) in zip(a, b)]

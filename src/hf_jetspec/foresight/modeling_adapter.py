@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 
-from ..drafter_cache import DrafterCache, batched_prefix, context_block_mask
-from ..layers import DecoderLayer, rotary_cos_sin
-from ..modeling_drafter import block_attention_mask, check_target_matches, context_visibility, target_decoder_layers, target_shape_fields
+from ..drafter_cache import BlockAttention, DrafterCache
+from ..layers import DecoderLayer, RotaryTable
+from ..masks import block_attention_mask, context_visibility
+from ..target_info import check_target_matches, target_decoder_layers, target_shape_fields
 from .configuration_adapter import ForesightAdapterConfig
 
 ExtraContext = tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]
@@ -39,6 +41,7 @@ class ForesightAdapter(PreTrainedModel):
         super().__init__(config)
         self.stacks = nn.ModuleList(nn.ModuleList(DecoderLayer.from_config(config) for _ in src) for src in config.source_layers)
         self.__dict__["_target"] = None
+        self._rotary_table = RotaryTable(config.head_dim, config.rope_theta)
         self.post_init()
 
     def _init_weights(self, module):
@@ -112,7 +115,7 @@ class ForesightAdapter(PreTrainedModel):
                 i += 1
 
     def _rotary(self, positions: torch.Tensor):
-        return rotary_cos_sin(positions, self.config.head_dim, self.config.rope_theta, self.dtype)
+        return self._rotary_table(positions, self.dtype, self.device)
 
     def _slice(self, states: torch.Tensor, m: int) -> torch.Tensor:
         h = self.config.hidden_size
@@ -134,7 +137,7 @@ class ForesightAdapter(PreTrainedModel):
     @torch.no_grad()
     def append_context(self, cache: DrafterCache, target_states: torch.Tensor, positions: torch.Tensor, layer_inputs=None) -> None:
         """Add verified positions (true read-layer states [1, T, n*H]) to the adapter's cache."""
-        cos, sin = self._rotary(positions.to(self.device)[None])
+        cos, sin = self._rotary(positions[None])
         for i, m, layer in self._flat_layers():
             k, v = layer.context_kv(self._slice(target_states.to(self.device), m), cos, sin)
             cache.append(i, k, v)
@@ -142,7 +145,7 @@ class ForesightAdapter(PreTrainedModel):
     @torch.no_grad()
     def extra_context(self, predicted_states: torch.Tensor, positions: torch.Tensor, layer_inputs=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Keys/values of predicted rows [1, E, n*H] at ``positions`` [E] (context for pre-drafted blocks)."""
-        cos, sin = self._rotary(positions.to(self.device)[None])
+        cos, sin = self._rotary(positions[None])
         return [layer.context_kv(self._slice(predicted_states.to(self.device), m), cos, sin) for _, m, layer in self._flat_layers()]
 
     @torch.no_grad()
@@ -156,14 +159,14 @@ class ForesightAdapter(PreTrainedModel):
         """
         bsz, length = block_ids.shape
         device = self.device
-        positions = start_positions.to(device)[:, None] + torch.arange(length, device=device)
+        positions = start_positions.cpu()[:, None] + torch.arange(length)
         cos, sin = self._rotary(positions)
-        mask = context_block_mask(bsz, length, len(cache), None if extra is None else extra[1], True, device)
+        attend = BlockAttention(cache, bsz, length, extra, True, device)
         x = self._embed(block_ids)
         preds = []
         for stack_start, stack in zip(self._stack_starts(), self.stacks):
             for j, layer in enumerate(stack):
-                x = layer(x, cos, sin, mask, batched_prefix(cache, stack_start + j, extra, bsz))
+                x = layer(x, cos, sin, attend.mask, partial(attend.keys, stack_start + j))
             preds.append(x)
         pred = torch.cat(preds, dim=-1)
         return (pred, []) if return_layer_inputs else pred
@@ -201,22 +204,3 @@ class ForesightAdapter(PreTrainedModel):
                 x = layer(x, cos, sin, mask, layer.context_kv(ctx, ctx_cos, ctx_sin))
             preds.append(x)
         return torch.cat(preds, dim=-1).reshape(bsz, nb, length, -1)
-
-
-def state_prediction_loss(pred: torch.Tensor, true: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
-    """Smooth L1 plus cosine distance between predicted and true states (Appendix A), per row mean."""
-    per_row = F.smooth_l1_loss(pred.float(), true.float(), reduction="none").mean(-1) + (1 - F.cosine_similarity(pred.float(), true.float(), dim=-1))
-    if weight is None:
-        return per_row.mean()
-    return (per_row * weight).sum() / weight.sum().clamp(min=1e-8)
-
-
-def gap_recovered(pred: torch.Tensor, true: torch.Tensor, copy: torch.Tensor) -> float:
-    """Share of the gap between copying the last verified state and the true states that ``pred`` closes.
-
-    ``1 - ||pred - true||^2 / ||copy - true||^2`` (squared errors summed over all rows): 1 means the
-    true states, 0 means no better than the copy baseline.
-    """
-    err_pred = (pred.float() - true.float()).pow(2).sum()
-    err_copy = (copy.float() - true.float()).pow(2).sum()
-    return float(1 - err_pred / err_copy.clamp(min=1e-12))

@@ -14,7 +14,11 @@ of the outcome under exact-match verification of a fixed draft (Proposition 1).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+
+from ..numerics import log_normaliser
 
 
 def draft_token_probs(bonus_probs: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
@@ -70,3 +74,62 @@ def select_top_outcomes(scores: torch.Tensor, cache_size: int) -> list[tuple[int
     vocab = scores.shape[-1]
     return [(int(i) // vocab, int(i) % vocab) for i in order]
 
+
+
+def rank_outcomes(scored: list[tuple[float, int, int]], cache_size: int, threshold: float | None = None) -> list[tuple[int, int]]:
+    """The ``cache_size`` best of scored outcomes ``(score, k, a)``: highest score first, ties to smaller k,
+    then smaller token id; with ``threshold``, only outcomes scoring at least that (the conformal set)."""
+    ranked = sorted(scored, key=lambda s: (-s[0], s[1], s[2]))
+    if threshold is not None:
+        ranked = [s for s in ranked if s[0] >= threshold]
+    return [(k, a) for _, k, a in ranked[:cache_size]]
+
+
+@dataclass
+class TopRows:
+    """The decoder's rows ``p_hat(. | j)``, j = 0..gamma, kept sparse.
+
+    ``ids`` / ``probs`` [gamma+1, K]: each row's K most likely tokens, most likely first, with their
+    probabilities under the full-vocabulary normaliser; ``draft_probs`` [gamma]: ``p_hat_j`` of the
+    draft tokens (which need not be among the top K). Everything the outcome rules read comes from
+    here: ``P(k, a)`` for the K best anchors of every row, the features, the refresh's argmax.
+    """
+
+    ids: torch.Tensor
+    probs: torch.Tensor
+    draft_probs: torch.Tensor
+
+    @classmethod
+    def from_logits(cls, logits: torch.Tensor, draft: torch.Tensor, top: int) -> "TopRows":
+        """From decoder logits [gamma+1, V] (any float dtype) and the draft [gamma]."""
+        norm = log_normaliser(logits)
+        vals, ids = torch.topk(logits, min(top, logits.shape[-1]), dim=-1)
+        gamma = draft.shape[-1]
+        own = logits[:gamma].gather(-1, draft.to(logits.device)[:, None].long()).squeeze(-1)
+        return cls(ids, torch.exp(vals.float() - norm[:, None]), torch.exp(own.float() - norm[:gamma]))
+
+    @classmethod
+    def from_probs(cls, probs: torch.Tensor, draft: torch.Tensor, top: int | None = None) -> "TopRows":
+        """From dense probability rows [gamma+1, V] (the reference form used by the tests)."""
+        vals, ids = torch.topk(probs.float(), min(top or probs.shape[-1], probs.shape[-1]), dim=-1)
+        return cls(ids, vals, draft_token_probs(probs.float(), draft))
+
+    @property
+    def argmax(self) -> torch.Tensor:
+        """Each row's most likely token [gamma+1]."""
+        return self.ids[:, 0]
+
+
+def top_outcomes(rows: TopRows, draft: torch.Tensor, cache_size: int) -> list[tuple[int, int]]:
+    """:func:`select_top_outcomes` of Eq. 6 from sparse rows: the same picks whenever each row keeps at
+    least ``cache_size + 1`` tokens (a row's best ``cache_size`` anchors other than ``d_{k+1}``)."""
+    if cache_size < 1:
+        raise ValueError("cache_size must be >= 1")
+    gamma = draft.shape[-1]
+    g = accepted_prefix_probs(rows.draft_probs.to(rows.probs.device))
+    scores = rows.probs * g[:, None]
+    excluded = torch.zeros_like(rows.ids, dtype=torch.bool)
+    excluded[:gamma] = rows.ids[:gamma] == draft.to(rows.ids.device)[:, None]
+    scores = scores.masked_fill(excluded, 0.0)
+    scored = [(s, k, a) for k, (srow, arow) in enumerate(zip(scores.tolist(), rows.ids.tolist())) for s, a in zip(srow, arow) if s > 0]
+    return rank_outcomes(scored, cache_size)

@@ -23,7 +23,7 @@ from .calibrate import calibrated_outcome_scores, decoder_anchor_logprobs
 from .calibration import ForesightCalibration
 from .engine import ForesightRecord
 from .fanout import fit_fanout_exponent, geometric_fanout, largest_remainder
-from .outcomes import length_probs
+from .outcomes import length_probs, rank_outcomes
 
 RULES = ("served", "uncalibrated", "draft-model", "fanout-draft", "fanout-decoder")
 
@@ -32,11 +32,6 @@ RULES = ("served", "uncalibrated", "draft-model", "fanout-draft", "fanout-decode
 class FanoutFit:
     alpha: float
     rho: float
-
-
-def _top(scored: list[tuple[float, int, int]], cache_size: int) -> set[tuple[int, int]]:
-    scored = sorted(scored, key=lambda s: (-s[0], s[1], s[2]))
-    return {(k, a) for _, k, a in scored[:cache_size]}
 
 
 def draft_anchors(record: ForesightRecord, k: int) -> list[int]:
@@ -65,7 +60,7 @@ def fit_fanout(records: list[ForesightRecord], max_anchors: int = 32) -> FanoutF
 def select(record: ForesightRecord, rule: str, cache_size: int, calibration: ForesightCalibration, fanout: FanoutFit | None = None) -> set[tuple[int, int]]:
     gamma = len(record.draft)
     if rule == "served":
-        return _top(calibrated_outcome_scores(calibration, record), cache_size)
+        return set(rank_outcomes(calibrated_outcome_scores(calibration, record), cache_size))
     if rule in ("uncalibrated", "draft-model"):
         if rule == "uncalibrated":
             g = torch.cat([torch.ones(1), torch.cumprod(torch.tensor(record.p_hat), 0)]) if gamma else torch.ones(1)
@@ -80,7 +75,7 @@ def select(record: ForesightRecord, rule: str, cache_size: int, calibration: For
             else:
                 probs = torch.softmax(logp / calibration.beta, -1)
                 scored.extend((float(pk[k] * p), k, t) for t, p in zip(toks, probs.tolist()))
-        return _top(scored, cache_size)
+        return set(rank_outcomes(scored, cache_size))
     if rule in ("fanout-draft", "fanout-decoder"):
         if fanout is None:
             raise ValueError("fan-out rules need a FanoutFit (fit_fanout on calibration rounds)")

@@ -8,11 +8,13 @@ never recomputed; block rows (and predicted extra rows) attend to it and to them
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
-from ..drafter_cache import DrafterCache, batched_prefix, context_block_mask
+from ..drafter_cache import BlockAttention, DrafterCache
 from ..layers import foreign_layer_forward, project_kv
-from ..modeling_drafter import target_decoder_layers
+from ..target_info import attention_shape, target_backbone, target_decoder_layers
 
 SUPPORTED_TYPES = ("llama", "qwen2", "mistral")
 
@@ -27,11 +29,8 @@ class TargetLayerChain:
         layers = target_decoder_layers(target)
         self.layer_ids = list(layer_ids)
         self.layers = [layers[i] for i in self.layer_ids]
-        base = target.get_decoder() if hasattr(target, "get_decoder") else target.model
-        self.rotary = base.rotary_emb
-        self.num_heads = cfg.num_attention_heads
-        self.num_kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.rotary = target_backbone(target).rotary_emb
+        self.num_heads, self.num_kv_heads, self.head_dim = attention_shape(target)
 
     def __len__(self) -> int:
         return len(self.layers)
@@ -65,9 +64,9 @@ class TargetLayerChain:
         bsz, length, _ = x.shape
         positions = start_positions.to(x.device)[:, None] + torch.arange(length, device=x.device)
         cos, sin = self.rotary(x, positions)
-        mask = context_block_mask(bsz, length, len(cache), None if extra is None else extra[1], True, x.device)
+        attend = BlockAttention(cache, bsz, length, extra, True, x.device)
         inputs = []
         for i, layer in enumerate(self.layers):
             inputs.append(x)
-            x = foreign_layer_forward(layer, x, cos, sin, mask, batched_prefix(cache, i, extra, bsz), self.num_heads, self.num_kv_heads, self.head_dim)
+            x = foreign_layer_forward(layer, x, cos, sin, attend.mask, partial(attend.keys, i), self.num_heads, self.num_kv_heads, self.head_dim)
         return x, inputs

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import TrainingArguments
 
-from ..foresight.modeling_adapter import gap_recovered, state_prediction_loss
+from .losses import gap_recovered, state_prediction_loss
 from .base import FrozenTargetTrainer
 from .blocks import sample_anchor_positions
 

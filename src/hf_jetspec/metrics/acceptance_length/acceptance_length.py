@@ -3,6 +3,8 @@
 import datasets
 import evaluate
 
+from hf_jetspec.stats import accept_length_histogram
+
 _DESCRIPTION = """
 Mean number of tokens committed per verification round of speculative decoding (tau), bonus
 token included. Inputs are, per generation, the number of committed tokens and the number of
@@ -36,11 +38,7 @@ class AcceptanceLength(evaluate.Metric):
     def _compute(self, committed_tokens, rounds, accepted_lengths=None):
         total_rounds = int(sum(rounds))
         total = int(sum(committed_tokens))
-        hist = []
-        for per_gen in accepted_lengths or []:
-            for k in per_gen:
-                hist.extend([0] * (k + 1 - len(hist)))
-                hist[k] += 1
+        hist = accept_length_histogram([k for per_gen in accepted_lengths or [] for k in per_gen])
         return {
             "tau": total / total_rounds if total_rounds else None,
             "rounds": total_rounds,

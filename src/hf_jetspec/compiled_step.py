@@ -1,0 +1,67 @@
+"""An optional compiled drafting step: one block forward with static shapes (``torch.compile``).
+
+Off by default (``DraftingConfig(compile=True)`` turns it on); ``benchmarks/round_cost.py
+--compile`` measures what it costs to compile and what it saves per round.
+
+Shapes are made static the way static-cache decoders do it: the cache has a fixed capacity, the
+block writes its keys/values by index at ``n .. n + L - 1`` (``n`` = context length, a tensor, so
+it does not specialise the graph), and attention runs over the whole buffer with a mask that
+hides the rows past the block. One graph per block length then serves every round of every
+``generate`` call, whatever the context length, as long as it fits the capacity (beyond it the
+eager path takes over).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .layers import apply_rotary
+
+DEFAULT_CAPACITY = 2048
+
+
+def static_block_forward(drafter, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n: torch.Tensor,
+                         keys: list[torch.Tensor], values: list[torch.Tensor], causal: bool) -> torch.Tensor:
+    """Draft-vocabulary logits [1, L, V] of one block ``x`` [1, L, H] (embedded) after ``n`` context rows.
+
+    ``keys`` / ``values`` are the cache's full per-layer buffers [1, kv, capacity, D]; the block's
+    rows are written into them at ``n ..`` (scratch rows: the context length does not move)."""
+    length = x.shape[1]
+    capacity = keys[0].shape[2]
+    rows = n + torch.arange(length, device=x.device)
+    cols = torch.arange(capacity, device=x.device)
+    mask = cols[None, :] <= rows[:, None] if causal else (cols < n + length)[None, :].expand(length, capacity)
+    for layer, k_buf, v_buf in zip(drafter.layers, keys, values):
+        attn = layer.self_attn
+        h = layer.input_layernorm(x)
+        b, t, _ = h.shape
+        q = apply_rotary(attn.q_proj(h).view(b, t, attn.num_heads, attn.head_dim).transpose(1, 2), cos, sin)
+        k = apply_rotary(attn.k_proj(h).view(b, t, attn.num_kv_heads, attn.head_dim).transpose(1, 2), cos, sin)
+        v = attn.v_proj(h).view(b, t, attn.num_kv_heads, attn.head_dim).transpose(1, 2)
+        k_buf.index_copy_(2, rows, k)
+        v_buf.index_copy_(2, rows, v)
+        out = F.scaled_dot_product_attention(q, k_buf, v_buf, attn_mask=mask[None, None], enable_gqa=attn.num_kv_heads != attn.num_heads)
+        x = x + attn.o_proj(out.transpose(1, 2).reshape(b, t, attn.num_heads * attn.head_dim))
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    return drafter.draft_logits(x)
+
+
+class CompiledDraftStep:
+    """``torch.compile`` of :func:`static_block_forward` for one drafter and one cache capacity."""
+
+    def __init__(self, drafter, capacity: int = DEFAULT_CAPACITY):
+        self.capacity = int(capacity)
+        self.fn = torch.compile(static_block_forward, dynamic=False)
+        self.calls = 0
+
+    def usable(self, cache, length: int) -> bool:
+        """Whether ``cache`` has this step's capacity allocated and room for a block of ``length`` rows."""
+        keys, _ = cache.buffers
+        return bool(keys) and keys[0] is not None and keys[0].shape[2] == self.capacity and len(cache) + length <= self.capacity
+
+    def __call__(self, drafter, cache, x, cos, sin, causal: bool) -> torch.Tensor:
+        self.calls += 1
+        n = torch.tensor(len(cache), device=x.device)
+        keys, values = cache.buffers
+        return self.fn(drafter, x, cos, sin, n, keys, values, causal)

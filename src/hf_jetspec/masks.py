@@ -1,0 +1,67 @@
+"""Boolean attention masks of blocks against a context (True = may attend).
+
+Two layouts: the training view packs many blocks of one sequence against its whole context
+(:func:`context_visibility`, :func:`block_attention_mask`); the inference view runs a batch of
+blocks against a cached context plus optional extra rows (:func:`context_block_mask`,
+:func:`prefix_block_mask`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def inner_block_mask(length: int, causal: bool, device=None) -> torch.Tensor:
+    """[L, L]: position i of a block sees positions j <= i (``causal``) or the whole block."""
+    if not causal:
+        return torch.ones(length, length, dtype=torch.bool, device=device)
+    i = torch.arange(length, device=device)
+    return i[None, :] <= i[:, None]
+
+
+def context_visibility(anchor_positions: torch.Tensor, context_len: int) -> torch.Tensor:
+    """Default context visibility [B, nb, C]: block ``b`` sees the sequence positions before its anchor."""
+    ctx = torch.arange(context_len, device=anchor_positions.device)
+    return ctx[None, None, :] < anchor_positions[:, :, None]
+
+
+def block_attention_mask(ctx_visible: torch.Tensor, block_len: int, causal: bool) -> torch.Tensor:
+    """Boolean attention mask of packed blocks against a shared context.
+
+    ``ctx_visible`` [B, nb, C] says which context rows each block sees (see
+    :func:`context_visibility`); inside itself a block sees the positions up to its own
+    (``causal``) or the whole block (bidirectional). Blocks never see each other.
+    Returns [B, 1, nb * block_len, C + nb * block_len].
+    """
+    bsz, nb, context_len = ctx_visible.shape
+    device = ctx_visible.device
+    ctx = ctx_visible[:, :, None, :].expand(bsz, nb, block_len, context_len)
+    inner = inner_block_mask(block_len, causal, device)
+    same_block = torch.eye(nb, dtype=torch.bool, device=device)
+    blk = same_block[:, None, :, None] & inner[None, :, None, :]  # [nb, L, nb, L]
+    blk = blk.reshape(nb, block_len, nb * block_len)[None].expand(bsz, nb, block_len, nb * block_len)
+    mask = torch.cat([ctx, blk], dim=-1)
+    return mask.reshape(bsz, 1, nb * block_len, context_len + nb * block_len)
+
+
+def context_block_mask(batch_size: int, length: int, context_len: int, extra_visible: torch.Tensor | None, causal: bool, device) -> torch.Tensor:
+    """Boolean mask [B, 1, L, C + E + L]: the whole cached context, the visible extra rows, the block itself.
+
+    ``extra_visible`` is [B, E] (the same rows for every position of a block) or None.
+    """
+    parts = [torch.ones(batch_size, length, context_len, dtype=torch.bool, device=device)]
+    if extra_visible is not None:
+        parts.append(extra_visible.to(device)[:, None, :].expand(batch_size, length, -1))
+    parts.append(inner_block_mask(length, causal, device)[None].expand(batch_size, length, length))
+    return torch.cat(parts, dim=-1)[:, None]
+
+
+def prefix_block_mask(length: int, capacity: int) -> torch.Tensor:
+    """[L, capacity + L] table whose last ``C + L`` columns are the causal mask of a block of L rows
+    after C context rows, for every C <= capacity: entry (i, t) is ``t <= capacity + i``.
+
+    ``table[:, capacity - C:]`` is then a view: row i sees all C context rows and block rows 0..i.
+    """
+    i = torch.arange(length)[:, None]
+    t = torch.arange(capacity + length)[None, :]
+    return t <= capacity + i

@@ -1,0 +1,25 @@
+"""The prepared GPU check runs end to end on CPU with tiny sizes (``--dry-run``), so it cannot rot."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SECTIONS = {"environment", "exactness", "bf16_ties", "system_timing", "smollm2", "ctmc_cost", "kernels"}
+
+
+def test_gpu_check_dry_run(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/gpu_check.py"), "--dry-run", "--output", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert data["dry_run"] and set(data["sections"]) == SECTIONS
+    assert not any("error" in s for s in data["sections"].values())
+    assert data["sections"]["exactness"]["all_exact"]
+    raising = [c for c in data["sections"]["exactness"]["cases"] if "raising worker" in c["case"]]
+    assert raising and all(c["worker_raised"] and c["exact"] for c in raising)
+    timing = {r["method"]: r for r in data["sections"]["system_timing"]["rows"]}
+    assert timing["oracle tau=4"]["tau"] > timing["oracle tau=2"]["tau"]  # the oracle controls acceptance
+    assert all(r.get("exact", True) for r in timing.values())
+    assert (tmp_path / "gpu_check.md").read_text().startswith("# GPU check (dry run")
