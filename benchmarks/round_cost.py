@@ -3,14 +3,18 @@
     python benchmarks/round_cost.py --output benchmarks/results/round_cost_smollm2.json
     python benchmarks/round_cost.py --tree before=OLD_CHECKOUT/src --tree after=src --tree compiled=src@compile --output ...
 
-Every figure is the median of ``--iters`` timed calls after a warm-up, over a verified context of
+Every figure is the median of ``--iters`` timed calls after a warm-up, all measured calls taking
+turns (so machine noise spreads over all of them), each drafting call right after an untimed
+target step (as in a round: drafting follows verification, with the caches as the target's
+forward left them), over a verified context of
 ``--context`` tokens (a real prompt and the target's own continuation). Measured per dtype:
 
 - ``target_step_ms``: one plain 1-token target forward over that context (the unit of everything);
 - ``draft_ms[budget][J]``: one round of plain drafting, J0 plus exactly J Jacobi passes (no early
   stop, so the figure does not depend on the data), budgets 16 and 32;
-- ``foresight_ms[adapter]``: one in-line foresight round (``ForesightEngine.predraft``: score the
-  block under verification, select B = 4 outcomes, draft them with J = 1), with a trained-shape
+- ``foresight_ms[adapter R]``: one in-line foresight round (``ForesightEngine.predraft``: score the
+  block under verification, select B = 4 outcomes, draft them with J = 1 and R = 0 or 1 context
+  refreshes), with a trained-shape
   adapter (one layer per read layer; timing does not depend on its weights) and the shipped
   layer-skip adapter.
 
@@ -40,15 +44,23 @@ def _median(xs):
     return xs[len(xs) // 2]
 
 
-def _timed(fn, iters: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    out = []
+def _timed_interleaved(fns: dict, iters: int, warmup: int = 3, before=None) -> dict:
+    """Median milliseconds of each callable, the callables taking turns (a burst of machine noise then
+    hits one sample of each, not all samples of one). ``before`` (untimed) runs before every timed
+    call: a target step, so that drafting is timed as in a round, right after verification, with
+    whatever the target's forward left in the caches."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples = {name: [] for name in fns}
     for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return 1000 * _median(out)
+        for name, fn in fns.items():
+            if before is not None and fn is not before:
+                before()
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - t0)
+    return {name: round(1000 * _median(v), 2) for name, v in samples.items()}
 
 
 def measure(args) -> dict:
@@ -62,6 +74,7 @@ def measure(args) -> dict:
     from hf_jetspec.foresight import ForesightAdapter, ForesightCalibration, ForesightDecoder, ForesightEngine, LayerSkipAdapter
 
     torch.manual_seed(0)
+    torch.set_grad_enabled(False)  # inference throughout, as inside generate
     target, tok = load_target(args.target, dtype=args.dtype)
     drafter = JetSpecDrafter.from_pretrained(args.drafter)
     drafter.attach_target(target)
@@ -95,15 +108,15 @@ def measure(args) -> dict:
     # plain target step over an n-token KV cache
     cache = DynamicCache(config=target.config)
     with torch.no_grad():
-        target(input_ids=ids[:, :n], past_key_values=cache, use_cache=True)
+        target(input_ids=ids[:, :n], cache=cache, use_cache=True)
 
         def step():
             extra = cache.get_seq_length() - n
             if extra > 0:
-                cache.crop(n)
-            target(input_ids=ids[:, n : n + 1], past_key_values=cache, use_cache=True, position_ids=torch.tensor([[n]]))
+                cache.crop(-extra)
+            target(input_ids=ids[:, n : n + 1], cache=cache, use_cache=True, position_ids=torch.tensor([[n]]))
 
-        result["target_step_ms"] = round(_timed(step, args.iters), 2)
+        fns = {"target_step": step}
 
     # plain drafting rounds
     if args.compile:
@@ -112,7 +125,6 @@ def measure(args) -> dict:
     drafter.append_context(dcache, states, positions)
     gen = torch.Generator().manual_seed(0)
     anchor = seq[n : n + 1]
-    result["draft_ms"] = {}
     if args.compile:
         result["compile_s"] = {}
     for budget in args.budgets:
@@ -123,7 +135,6 @@ def measure(args) -> dict:
             t0 = time.perf_counter()
             drafter.draft_block(dcache, block, n)
             result["compile_s"][str(budget)] = round(time.perf_counter() - t0, 1)
-        row = {}
         for passes in args.passes:
             def round_(block=block, passes=passes):
                 draft = drafter.draft_block(dcache, block, n)
@@ -131,33 +142,46 @@ def measure(args) -> dict:
                     draft = drafter.draft_block(dcache, torch.cat([anchor, draft[:-1]]), n)
                 return draft
 
-            row[f"J{passes}"] = round(_timed(round_, args.iters), 2)
-        result["draft_ms"][str(budget)] = row
+            fns[f"draft/{budget}/J{passes}"] = round_
 
     if args.compile:
-        return result
-    # in-line foresight rounds (B = 4, J = 1, R = 0), with both adapters
-    options = DraftingConfig(budget=16, num_jacobi_passes=1, foresight=True, cache_size=4, pipeline="off")
+        return _collect(result, _timed_interleaved(fns, args.iters, before=step))
+    # in-line foresight rounds (B = 4, J = 1, R = 0 and R = 1), with both adapters
+    options_by_r = {r: DraftingConfig(budget=16, num_jacobi_passes=1, num_context_refreshes=r, foresight=True, cache_size=4, pipeline="off")
+                    for r in (0, 1)}
+    options = options_by_r[0]
     adapters = {
         "trained-shape (1 layer per read layer)": ForesightAdapter.for_drafter(drafter, layers_per_module=1),
         "layer-skip (shipped)": LayerSkipAdapter.from_pretrained(args.layerskip),
     }
     calibration = ForesightCalibration.load(args.layerskip)
-    result["foresight_ms"] = {}
     gamma = options.budget - 1
     block = torch.cat([anchor, seq[:n][torch.randint(0, n, (gamma - 1,), generator=gen)]])
     draft, logits = drafter.draft_block(dcache, block, n, return_logits=True)
     tokens = torch.cat([anchor, draft])
     for name, adapter in adapters.items():
         adapter.attach_target(target)
-        decoder = ForesightDecoder(target, max(layer_ids))
-        engine = ForesightEngine(drafter, adapter, decoder, calibration, options)
-        engine.observe(states, hidden, n, positions)
+        for r, opts in options_by_r.items():
+            engine = ForesightEngine(drafter, adapter, ForesightDecoder(target, max(layer_ids)), calibration, opts)
+            engine.observe(states, hidden, n, positions)
 
-        def fround(engine=engine):
-            return engine.predraft(dcache, tokens, n, logits, seq[:n])
+            def fround(engine=engine):
+                return engine.predraft(dcache, tokens, n, logits, seq[:n])
 
-        result["foresight_ms"][name] = round(_timed(fround, max(3, args.iters // 2)), 2)
+            fns[f"foresight/{name} R{r}"] = fround
+    return _collect(result, _timed_interleaved(fns, args.iters, before=step))
+
+
+def _collect(result: dict, ms: dict) -> dict:
+    """Nest the flat timing names ("draft/16/J1", "foresight/NAME") into the result."""
+    result["target_step_ms"] = ms.pop("target_step")
+    for name, value in ms.items():
+        kind, _, rest = name.partition("/")
+        if kind == "draft":
+            budget, passes = rest.split("/")
+            result.setdefault("draft_ms", {}).setdefault(budget, {})[passes] = value
+        else:
+            result.setdefault("foresight_ms", {})[rest] = value
     return result
 
 

@@ -291,7 +291,8 @@ class JetSpecDrafter(PreTrainedModel):
         return rows
 
     def draft_ids(self, logits: torch.Tensor) -> torch.Tensor:
-        return self._to_target_ids(logits.argmax(-1))
+        # max(-1).indices: the first maximal index, as argmax, at a fraction of bf16 argmax's cost on CPU
+        return self._to_target_ids(logits.max(-1).indices)
 
     # ------------------------------------------------------------------ inference path
     def new_cache(self) -> DrafterCache:

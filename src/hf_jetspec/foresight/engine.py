@@ -128,7 +128,7 @@ class ForesightEngine:
 
     def decoder_argmax(self, hidden: torch.Tensor) -> torch.Tensor:
         """The decoder's top token for decoder states [..., H] (no normaliser needed)."""
-        return self.decoder.head_logits(hidden).argmax(-1)
+        return self.decoder.head_logits(hidden).max(-1).indices
 
     def _kv(self, rows: PredictedRows | None):
         """The drafter's keys/values of predicted rows (per layer), or None."""
@@ -172,11 +172,10 @@ class ForesightEngine:
         (decoder rows ``fixed .. gamma-1`` only); its top token is kept in ``self._replacement``."""
         gamma = tokens.numel() - 1
         top = self.decoder_argmax(hidden[fixed:gamma]).cpu()
-        diff = (top != tokens[fixed + 1 :].cpu()).nonzero()
-        if diff.numel() == 0:
-            return None
-        self._replacement = top[int(diff[0, 0])]
-        return fixed + 1 + int(diff[0, 0])
+        i = _first_mismatch(top, tokens, fixed)
+        if i is not None:
+            self._replacement = top[i - 1 - fixed]
+        return i
 
     def refine(self, cache: DrafterCache, tokens: torch.Tensor, start: int, logits: torch.Tensor, passes: int, refreshes: int,
                context_rows: PredictedRows | None = None, stats=None):
@@ -221,21 +220,23 @@ class ForesightEngine:
         done = torch.zeros(bsz, dtype=torch.bool)
         ctx_visible = torch.arange(len(rows))[None, :] <= ks[:, None]
         ctx_kv = self._kv(rows)
-        block_states = block_positions = block_owner = None
+        block_states = block_positions = block_owner = own_kv = None
         for r in range(passes):
             if r < refreshes:
                 scored = self.score(tokens, starts, rows, ctx_visible)
+                # one LM-head pass over the rows every live block needs (fixed_b .. gamma-1), not one per block
+                live = [b for b in range(bsz) if not done[b]]
+                wanted = [scored.hidden[b, int(fixed[b]) : gamma] for b in live]
+                tops = self.decoder_argmax(torch.cat(wanted)).cpu().split([w.shape[0] for w in wanted]) if live else []
                 states, positions, owner = [], [], []
-                for b in range(bsz):
-                    if done[b]:
-                        continue
-                    i = self._first_disagreement(scored.hidden[b], tokens[b], int(fixed[b]))
+                for b, top in zip(live, tops):
+                    i = _first_mismatch(top, tokens[b], int(fixed[b]))
                     if i is None:
                         fixed[b] = gamma
                         done[b] = True
                         continue
                     if self.options.anchor_replacement:
-                        tokens[b, i] = self._replacement.to(tokens.dtype)
+                        tokens[b, i] = top[i - 1 - int(fixed[b])].to(tokens.dtype)
                     fixed[b] = i
                     states.append(scored.pred[b : b + 1, :i])
                     positions.append(int(starts[b]) + torch.arange(i))
@@ -249,7 +250,8 @@ class ForesightEngine:
                 break
             kv, visible = ctx_kv, ctx_visible
             if block_states is not None:
-                own_kv = self.drafter.extra_context(block_states, block_positions)
+                if r < refreshes or own_kv is None:  # the refreshed rows' keys/values, once per refresh
+                    own_kv = self.drafter.extra_context(block_states, block_positions)
                 kv = _cat_kv(ctx_kv, own_kv)
                 visible = torch.cat([ctx_visible, block_owner[None, :] == torch.arange(bsz)[:, None]], 1)
             length = gamma - int(fixed[live].min())
@@ -352,6 +354,13 @@ class ForesightEngine:
             features=feats.tolist(),
             selected=list(picked),
         )
+
+
+def _first_mismatch(top: torch.Tensor, tokens: torch.Tensor, fixed: int) -> int | None:
+    """First i > ``fixed`` with ``top[i - 1 - fixed] != tokens[i]`` (``top``: the decoder's top tokens
+    after indices fixed .. gamma-1), or None when they all agree."""
+    diff = (top != tokens[fixed + 1 :].cpu()).nonzero()
+    return None if diff.numel() == 0 else fixed + 1 + int(diff[0, 0])
 
 
 def _cat_kv(a, b):
