@@ -87,7 +87,7 @@ class DrafterCache:
         if not causal:
             return None
         built = self._masks.get(length)
-        if built is None or built[0] < len(self) or built[1].device != torch.device(device):
+        if built is None or built[0] < len(self) or not _same_device(built[1].device, torch.device(device)):
             capacity = max(self.capacity, len(self))
             built = (capacity, prefix_block_mask(length, capacity).to(device))
             self._masks[length] = built
@@ -133,3 +133,8 @@ class BlockAttention:
             torch.cat([p.expand(b, -1, -1, -1).to(k.dtype) for p, _ in parts] + [k], dim=2),
             torch.cat([q.expand(b, -1, -1, -1).to(v.dtype) for _, q in parts] + [v], dim=2),
         )
+
+
+def _same_device(have: torch.device, want: torch.device) -> bool:
+    """``cuda:0`` matches ``cuda`` (no index given) and ``cuda:0``."""
+    return have.type == want.type and (want.index is None or have.index == want.index)
