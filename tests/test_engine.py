@@ -265,3 +265,33 @@ def _direct_imports(module: str) -> set[str]:
         elif isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
     return {m for m in out if m.startswith("hf_jetspec.")}
+
+
+# ------------------------------------------------------------------ the optional compiled step
+def test_compiled_step_drafts_like_eager_and_stays_exact(trained_llama):
+    from hf_jetspec import DraftingConfig, JetSpecDrafter
+
+    target, drafter, prompts = trained_llama
+    compiled = JetSpecDrafter(drafter.config.__class__(**drafter.config.to_dict()))
+    compiled.load_state_dict(drafter.state_dict())
+    compiled.attach_target(target)
+    compiled.compile_drafting()
+    seq = target.generate(prompts[:1], do_sample=False, max_new_tokens=12)[0]
+    n = 14
+    with torch.no_grad():
+        out = target(seq[None, :n], output_hidden_states=True)
+    states = torch.cat([out.hidden_states[i + 1] for i in drafter.config.target_layer_ids], -1)
+    caches = []
+    for d in (drafter, compiled):
+        cache = d.new_cache()
+        d.append_context(cache, states, torch.arange(n))
+        caches.append(cache)
+    block = seq[n - 1 : n + 6]
+    eager_ids, eager_logits = drafter.draft_block(caches[0], block, n - 1, return_logits=True)
+    ids, logits = compiled.draft_block(caches[1], block, n - 1, return_logits=True)
+    assert compiled.__dict__["_compiled_step"].calls == 1  # the compiled path really ran
+    assert torch.equal(ids, eager_ids) and torch.allclose(logits, eager_logits, atol=1e-4)
+    compiled.drafting_config = DraftingConfig(budget=8, num_jacobi_passes=1, compile=True)
+    ref = target.generate(prompts[:2], do_sample=False, max_new_tokens=24)
+    for i in range(2):
+        assert torch.equal(target.generate(prompts[i : i + 1], assistant_model=compiled, do_sample=False, max_new_tokens=24), ref[i : i + 1])

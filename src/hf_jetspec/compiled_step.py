@@ -1,14 +1,15 @@
 """An optional compiled drafting step: one block forward with static shapes (``torch.compile``).
 
-Off by default (``DraftingConfig(compile=True)`` turns it on); ``benchmarks/round_cost.py
---compile`` measures what it costs to compile and what it saves per round.
+Off by default (``DraftingConfig(compile=True)`` turns it on); ``benchmarks/round_cost.py`` with a
+``@compile`` tree measures what it costs to compile and what it saves per round.
 
-Shapes are made static the way static-cache decoders do it: the cache has a fixed capacity, the
-block writes its keys/values by index at ``n .. n + L - 1`` (``n`` = context length, a tensor, so
-it does not specialise the graph), and attention runs over the whole buffer with a mask that
-hides the rows past the block. One graph per block length then serves every round of every
-``generate`` call, whatever the context length, as long as it fits the capacity (beyond it the
-eager path takes over).
+Shapes are made static the way static-cache decoders do it: the block writes its keys/values by
+index at ``n .. n + L - 1`` (``n`` = context length, a tensor, so it does not specialise the
+graph), and attention runs over the cache's whole buffer with a mask that hides the rows past the
+block. The buffer's capacity is a power of two that doubles as the context grows (256, 512, ...),
+so attention never spans more than twice the rows in use, and each (block length, capacity) pair
+compiles once and then serves every round of every ``generate`` call. A block that does not fit
+the buffer runs eagerly (which grows the buffer).
 """
 
 from __future__ import annotations
@@ -17,9 +18,6 @@ import torch
 import torch.nn.functional as F
 
 from .layers import apply_rotary
-
-DEFAULT_CAPACITY = 2048
-
 
 def static_block_forward(drafter, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n: torch.Tensor,
                          keys: list[torch.Tensor], values: list[torch.Tensor], causal: bool) -> torch.Tensor:
@@ -48,17 +46,17 @@ def static_block_forward(drafter, x: torch.Tensor, cos: torch.Tensor, sin: torch
 
 
 class CompiledDraftStep:
-    """``torch.compile`` of :func:`static_block_forward` for one drafter and one cache capacity."""
+    """``torch.compile`` of :func:`static_block_forward` for one drafter (one graph per block length and
+    cache capacity)."""
 
-    def __init__(self, drafter, capacity: int = DEFAULT_CAPACITY):
-        self.capacity = int(capacity)
+    def __init__(self, drafter):
         self.fn = torch.compile(static_block_forward, dynamic=False)
         self.calls = 0
 
     def usable(self, cache, length: int) -> bool:
-        """Whether ``cache`` has this step's capacity allocated and room for a block of ``length`` rows."""
+        """Whether ``cache``'s buffers are allocated and have room for a block of ``length`` rows."""
         keys, _ = cache.buffers
-        return bool(keys) and keys[0] is not None and keys[0].shape[2] == self.capacity and len(cache) + length <= self.capacity
+        return bool(keys) and keys[0] is not None and len(cache) + length <= keys[0].shape[2]
 
     def __call__(self, drafter, cache, x, cos, sin, causal: bool) -> torch.Tensor:
         self.calls += 1

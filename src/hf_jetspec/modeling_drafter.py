@@ -296,19 +296,16 @@ class JetSpecDrafter(PreTrainedModel):
 
     # ------------------------------------------------------------------ inference path
     def new_cache(self) -> DrafterCache:
-        """An empty key/value cache of the verified context for this drafter's layers (of the compiled
-        step's capacity once :meth:`compile_drafting` ran)."""
-        step = self.__dict__.get("_compiled_step")
-        return DrafterCache(self.config.num_hidden_layers, capacity=step.capacity if step is not None else 256)
+        """An empty key/value cache of the verified context for this drafter's layers."""
+        return DrafterCache(self.config.num_hidden_layers)
 
-    def compile_drafting(self, capacity: int | None = None) -> None:
+    def compile_drafting(self) -> None:
         """Draft single blocks through a ``torch.compile``d step with static shapes
-        (:mod:`hf_jetspec.compiled_step`); the first call of each block length compiles."""
-        from .compiled_step import DEFAULT_CAPACITY, CompiledDraftStep
+        (:mod:`hf_jetspec.compiled_step`); each block length and cache capacity compiles once."""
+        from .compiled_step import CompiledDraftStep
 
-        step = self.__dict__.get("_compiled_step")
-        if step is None or (capacity is not None and step.capacity != capacity):
-            self.__dict__["_compiled_step"] = CompiledDraftStep(self, capacity or DEFAULT_CAPACITY)
+        if self.__dict__.get("_compiled_step") is None:
+            self.__dict__["_compiled_step"] = CompiledDraftStep(self)
 
     @torch.no_grad()
     def append_context(self, cache: DrafterCache, target_states: torch.Tensor, positions: torch.Tensor) -> None:
