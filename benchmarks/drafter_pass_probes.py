@@ -1,4 +1,5 @@
-"""Two probes of what a drafter pass costs on this CPU (bf16): the draft head's size, and int8 weights.
+"""Probes of what a drafter pass costs on this CPU (bf16): where a warm pass goes, the draft head's size,
+int8 weights, and the small reductions and attention calls the engine chose between.
 
     python benchmarks/drafter_pass_probes.py --output benchmarks/results/drafter_pass_probes.json
 
@@ -7,6 +8,12 @@
    right after an untimed target step, interleaved with a plain step (median of 30).
 2. ``int8_matmul``: ``F.linear`` in bf16 against ``torch._weight_int8pack_mm`` (weight-only int8,
    per-channel scales) on the drafter's shapes for 15 rows, warm (mean of 300 calls).
+3. ``warm_pass``: one warm drafting pass (15 rows, 300-row context) under the torch profiler: total
+   time per pass and the share in matrix multiplies.
+4. ``ops_us``: the engine's choices, each warm (mean of 300 calls): bf16 ``argmax`` against
+   ``max(-1)`` on [15, 8,192]; SDPA over 300 context + 15 block rows with repeated keys and a
+   contiguous mask against ``enable_gqa`` on cache views; and the decoder's logsumexp over
+   [16, 49,152] bf16 three ways, with each one's largest error against float64.
 """
 
 from __future__ import annotations
@@ -72,6 +79,71 @@ def head_size(drafter_path: str) -> dict:
     return {k: round(1000 * statistics.median(v), 2) for k, v in samples.items()}
 
 
+def _mean_us(fn, n_calls: int = 300) -> float:
+    for _ in range(20):
+        fn()
+    t0 = time.perf_counter()
+    for _ in range(n_calls):
+        fn()
+    return round(1e6 * (time.perf_counter() - t0) / n_calls, 1)
+
+
+def warm_pass(drafter_path: str) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    from hf_jetspec import JetSpecDrafter, load_target
+
+    target, _ = load_target("smollm2-135m", dtype="bfloat16")
+    drafter = JetSpecDrafter.from_pretrained(drafter_path)
+    drafter.attach_target(target)
+    ids = torch.randint(0, target.config.vocab_size, (1, 301), generator=torch.Generator().manual_seed(0))
+    out = target(ids[:, :300], output_hidden_states=True)
+    cache = drafter.new_cache()
+    drafter.append_context(cache, torch.cat([out.hidden_states[i + 1] for i in drafter.config.target_layer_ids], -1), torch.arange(300))
+    block = ids[0, 285:300]
+    for _ in range(20):
+        drafter.draft_block(cache, block, 300)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(50):
+            drafter.draft_block(cache, block, 300)
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    mm = sum(e.self_cpu_time_total for e in events if e.key in ("aten::mm", "aten::addmm", "aten::bmm"))
+    return {"ms_per_pass": round(total / 50 / 1000, 2), "matmul_ms_per_pass": round(mm / 50 / 1000, 2)}
+
+
+def ops_us() -> dict:
+    from hf_jetspec.numerics import log_normaliser
+
+    torch.manual_seed(0)
+    x = torch.randn(15, 8192).bfloat16()
+    q = torch.randn(1, 9, 15, 64).bfloat16()
+    buf = torch.randn(1, 3, 1024, 64).bfloat16()
+    k = buf[:, :, :315]
+    kc = k.contiguous()
+    table = torch.arange(1024 + 15)[None, :] <= (1024 + torch.arange(15)[:, None])
+    mask_view = table[:, 1024 - 300 :][None, None]
+    mask = mask_view.contiguous()
+    logits = (torch.randn(16, 49152) * 4).bfloat16()
+    ref = torch.logsumexp(logits.double(), -1)
+
+    def bf16_exp():
+        peak = logits.amax(-1, keepdim=True)
+        return peak.squeeze(-1).float() + torch.log(torch.exp(logits - peak).sum(-1, dtype=torch.float32))
+
+    lse = {"four_rows_at_a_time": lambda: log_normaliser(logits), "whole_float32_copy": lambda: torch.logsumexp(logits.float(), -1),
+           "bf16_exp_float32_sum": bf16_exp}
+    return {
+        "argmax_bf16": _mean_us(lambda: x.argmax(-1)),
+        "max_dim_bf16": _mean_us(lambda: x.max(-1)),
+        "sdpa_repeat_interleave_contiguous_mask": _mean_us(
+            lambda: F.scaled_dot_product_attention(q, kc.repeat_interleave(3, 1), kc.repeat_interleave(3, 1), attn_mask=mask)),
+        "sdpa_enable_gqa_views": _mean_us(lambda: F.scaled_dot_product_attention(q, k, k, attn_mask=mask_view, enable_gqa=True)),
+        "logsumexp_16x49152": {name: {"us": _mean_us(fn, 100), "max_abs_error": float((fn().double() - ref).abs().max())}
+                               for name, fn in lse.items()},
+    }
+
+
 def int8_matmul() -> list[dict]:
     torch.manual_seed(0)
     rows = []
@@ -101,7 +173,8 @@ def main() -> None:
     ap.add_argument("--output", required=True)
     args = ap.parse_args()
     torch.set_grad_enabled(False)
-    result = {"head_size_ms": head_size(args.drafter), "int8_matmul": int8_matmul()}
+    result = {"head_size_ms": head_size(args.drafter), "int8_matmul": int8_matmul(), "warm_pass": warm_pass(args.drafter),
+              "ops_us": ops_us()}
     Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 

@@ -49,7 +49,7 @@ class CompiledDraftStep:
     """``torch.compile`` of :func:`static_block_forward` for one drafter (one graph per block length and
     cache capacity)."""
 
-    def __init__(self, drafter):
+    def __init__(self):
         self.fn = torch.compile(static_block_forward, dynamic=False)
         self.calls = 0
 

@@ -64,11 +64,8 @@ class DrafterCache:
 
     def append(self, i: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Add the keys/values [1, kv_heads, T, D] of T verified positions to layer ``i``."""
-        n, t = self._lengths[i], k.shape[2]
-        self._reserve(i, n + t, k)
-        self._keys[i][:, :, n : n + t] = k
-        self._values[i][:, :, n : n + t] = v
-        self._lengths[i] = n + t
+        self.block_keys(i, k, v)
+        self._lengths[i] += k.shape[2]
 
     def block_keys(self, i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys/values of layer ``i``'s context followed by one block's rows ``k``/``v`` [1, kv, L, D].

@@ -15,10 +15,9 @@ from transformers.utils import ModelOutput
 from .configuration_drafter import JetSpecDrafterConfig
 from .drafter_cache import BlockAttention, DrafterCache
 from .drafting_config import DRAFTING_CONFIG_NAME, DraftingConfig
-from .kernels import HeadSummary, head_summary
+from .kernels import head_summary, summarise_logits
 from .layers import DecoderLayer, RMSNorm, RotaryTable
 from .masks import block_attention_mask, context_visibility
-from .numerics import log_normaliser
 from .stats import GenerationStats
 from .target_info import check_target_matches, target_decoder_layers, target_shape_fields
 
@@ -305,7 +304,7 @@ class JetSpecDrafter(PreTrainedModel):
         from .compiled_step import CompiledDraftStep
 
         if self.__dict__.get("_compiled_step") is None:
-            self.__dict__["_compiled_step"] = CompiledDraftStep(self)
+            self.__dict__["_compiled_step"] = CompiledDraftStep()
 
     @torch.no_grad()
     def append_context(self, cache: DrafterCache, target_states: torch.Tensor, positions: torch.Tensor) -> None:
@@ -376,8 +375,7 @@ class JetSpecDrafter(PreTrainedModel):
         if step is not None and extra is None and bsz == 1 and step.usable(cache, gamma):
             logits = step(self, cache, x, cos, sin, causal)
             if summary:
-                top, ids = logits.reshape(-1, logits.shape[-1]).max(-1)
-                return HeadSummary(ids, top.float(), log_normaliser(logits.reshape(-1, logits.shape[-1])))
+                return summarise_logits(logits)
             return self.draft_ids(logits), logits
         attend = BlockAttention(cache, bsz, gamma, extra, causal, device)
         for li, layer in enumerate(self.layers):

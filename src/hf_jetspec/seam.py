@@ -82,10 +82,8 @@ def _wrap_assisted_decoding(original):
         finally:
             _running_calls().pop()
             assistant = kwargs.get("assistant_model")
-            for generator in generators:  # stop the foresight worker; the statistics go to the drafter
-                stats = generator.close()
-                if _is_drafter(assistant):
-                    assistant.generation_stats = stats
+            for generator in generators:  # only JetSpec generators are registered: stop the worker, hand over the statistics
+                assistant.generation_stats = generator.close()
         criteria = kwargs.get("stopping_criteria")
         if not _is_drafter(kwargs.get("assistant_model")) or criteria is None:
             return result

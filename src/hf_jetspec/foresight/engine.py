@@ -41,16 +41,6 @@ class PredictedRows:
         return PredictedRows(self.states[:, :count], [h[:, :count] for h in self.decoder_inputs], self.positions[:count],
                              [h[:, :count] for h in self.adapter_inputs])
 
-    def cat(self, other: "PredictedRows | None") -> "PredictedRows":
-        if other is None or len(other) == 0:
-            return self
-        return PredictedRows(
-            torch.cat([self.states, other.states], 1),
-            [torch.cat([a, b], 1) for a, b in zip(self.decoder_inputs, other.decoder_inputs)],
-            torch.cat([self.positions, other.positions]),
-            [torch.cat([a, b], 1) for a, b in zip(self.adapter_inputs, other.adapter_inputs)],
-        )
-
 
 @dataclass
 class BlockScore:
@@ -159,23 +149,22 @@ class ForesightEngine:
         """
         gamma = tokens.numel() - 1
         scored = self.score(tokens, start, context_rows)
-        i = self._first_disagreement(scored.hidden[0], tokens, fixed)
+        i, replacement = self._first_disagreement(scored.hidden[0], tokens, fixed)
         if i is None:  # the decoder agrees with the whole draft: nothing left to redraft
             return tokens, gamma, scored.rows, False
         out = tokens.clone()
         if self.options.anchor_replacement:
-            out[i] = self._replacement.to(out.dtype)
+            out[i] = replacement.to(out.dtype)
         return out, i, scored.rows.head(i), bool(self.options.anchor_replacement)
 
-    def _first_disagreement(self, hidden: torch.Tensor, tokens: torch.Tensor, fixed: int) -> int | None:
-        """First i in fixed+1..gamma where the decoder's top token after i-1 is not ``tokens[i]``
-        (decoder rows ``fixed .. gamma-1`` only); its top token is kept in ``self._replacement``."""
+    def _first_disagreement(self, hidden: torch.Tensor, tokens: torch.Tensor, fixed: int):
+        """``(i, token)``: the first i in fixed+1..gamma where the decoder's top token after i-1 is not
+        ``tokens[i]``, and that top token (decoder rows ``fixed .. gamma-1`` only); ``(None, None)``
+        when they all agree."""
         gamma = tokens.numel() - 1
         top = self.decoder_argmax(hidden[fixed:gamma]).cpu()
         i = _first_mismatch(top, tokens, fixed)
-        if i is not None:
-            self._replacement = top[i - 1 - fixed]
-        return i
+        return (None, None) if i is None else (i, top[i - 1 - fixed])
 
     def refine(self, cache: DrafterCache, tokens: torch.Tensor, start: int, logits: torch.Tensor, passes: int, refreshes: int,
                context_rows: PredictedRows | None = None, stats=None):

@@ -1,5 +1,5 @@
 """GPU kernels with their torch reference: chosen on CUDA where they measure faster, never on CPU."""
 
-from .head_argmax import HeadSummary, head_summary, head_summary_torch, select_head_kernel, triton_available
+from .head_argmax import HeadSummary, head_summary, head_summary_torch, select_head_kernel, summarise_logits, triton_available
 
-__all__ = ["HeadSummary", "head_summary", "head_summary_torch", "select_head_kernel", "triton_available"]
+__all__ = ["HeadSummary", "head_summary", "head_summary_torch", "select_head_kernel", "summarise_logits", "triton_available"]

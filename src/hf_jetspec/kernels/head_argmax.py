@@ -44,11 +44,16 @@ def triton_available() -> bool:
     return triton is not None
 
 
+def summarise_logits(logits: torch.Tensor) -> HeadSummary:
+    """:class:`HeadSummary` of logits [..., V], flattened to rows."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    top, ids = flat.max(-1)
+    return HeadSummary(ids, top.float(), log_normaliser(flat))
+
+
 def head_summary_torch(hidden: torch.Tensor, weight: torch.Tensor) -> HeadSummary:
     """Reference: logits in the weights' dtype, then argmax, max and logsumexp (float32 accumulation)."""
-    logits = torch.nn.functional.linear(hidden.to(weight.dtype), weight)
-    top, ids = logits.max(-1)
-    return HeadSummary(ids, top.float(), log_normaliser(logits))
+    return summarise_logits(torch.nn.functional.linear(hidden.to(weight.dtype), weight))
 
 
 if triton is not None:

@@ -82,13 +82,6 @@ class AcceptanceModel:
             raise ValueError(f"{path}: expected {len(FEATURE_NAMES)} finite weights, got {model.weights}")
         return model
 
-    @classmethod
-    def from_folder(cls, directory: str | os.PathLike | None) -> "AcceptanceModel":
-        """The fit saved in ``directory``, or the uncalibrated fallback if there is none."""
-        if directory is not None and os.path.isfile(os.path.join(str(directory), ACCEPTANCE_CALIBRATION_NAME)):
-            return cls.load(directory)
-        return cls()
-
 
 @dataclass
 class AcceptanceRecord:
