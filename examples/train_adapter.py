@@ -68,6 +68,7 @@ def main() -> None:
         logging_steps=10,
         report_to=[],
         bf16=args.bf16,
+        use_cpu=not torch.cuda.is_available(),  # Trainer accepts bf16 on a CPU only when told it is one
         dataloader_num_workers=0,
         seed=args.seed,
         blocks_per_sequence=args.blocks_per_sequence,

@@ -36,6 +36,10 @@ def main() -> None:
     ap.add_argument("--inputs", default="jacobi", choices=["jacobi", "noised", "mask"], help="'mask' = noised blocks with mask inputs")
     ap.add_argument("--attention", default="causal", choices=["causal", "bidirectional"])
     ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--dflash-layout", type=int, default=None, metavar="MASK_TOKEN_ID",
+                    help="the DFlash / MuseGlimmerAssistant layer layout (per-head q/k norms, context keys without the "
+                         "input norm, noise = the target's embedding of MASK_TOKEN_ID), so the drafter converts to "
+                         "transformers' DFlash format; implies --inputs mask")
     ap.add_argument("--init-layers-from-target", action="store_true")
     ap.add_argument("--init-from", default=None, help="start from a trained drafter folder (e.g. an earlier run's final/)")
     ap.add_argument("--draft-vocab-from-sharegpt", type=int, default=None, metavar="N",
@@ -71,6 +75,9 @@ def main() -> None:
         print(f"{len(corpus)} training sequences, {sum(len(c['input_ids']) for c in corpus)} tokens")
 
     overrides = {"num_hidden_layers": args.layers, "attention": args.attention}
+    if args.dflash_layout is not None:
+        args.inputs = "mask"
+        overrides.update(qk_norm=True, context_input_norm=False, mask_token_id=args.dflash_layout, row_predicts="self")
     if args.inputs == "mask":
         overrides["block_inputs"] = "mask"
     if args.init_from:
@@ -98,6 +105,7 @@ def main() -> None:
         logging_steps=10,
         report_to=[],
         bf16=args.bf16,
+        use_cpu=not torch.cuda.is_available(),  # Trainer accepts bf16 on a CPU only when told it is one
         dataloader_num_workers=0,
         seed=args.seed,
         labels=args.labels,

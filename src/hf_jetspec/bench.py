@@ -11,7 +11,10 @@ Methods:
     jetspec-fixed   the same drafter, policy off: a full ``budget``-token block every round
     jetspec-length  policy with verify-length selection only (no n-gram proposals or seeding)
     jetspec-ngram   policy with n-gram proposals, drafter blocks not seeded by them
+    jetspec-j0/j1/j2  the round policy with 0, 1 or 2 Jacobi passes (whatever ``--jacobi-passes`` says)
     assisted        transformers' classic assistant model (the 0.5B model for Qwen2.5-Coder-1.5B)
+    hf-dflash       transformers' own DFlash generation (``speculation_type="dflash"``) with the same
+                    drafter's weights converted to ``MuseGlimmerAssistantModel`` (a DFlash-layout drafter)
 """
 
 from __future__ import annotations
@@ -36,8 +39,11 @@ JETSPEC_VARIANTS = {
     "jetspec-fixed": {"policy": False},  # every round verifies a full budget-token drafter block
     "jetspec-length": {"policy": True, "ngram": False, "ngram_seed": False},  # verify-length selection only
     "jetspec-ngram": {"policy": True, "ngram": True, "ngram_seed": False},  # + n-gram proposals
+    "jetspec-j0": {"policy": True, "num_jacobi_passes": 0},
+    "jetspec-j1": {"policy": True, "num_jacobi_passes": 1},
+    "jetspec-j2": {"policy": True, "num_jacobi_passes": 2},
 }
-METHODS = ("ar", "prompt-lookup", *JETSPEC_VARIANTS, "assisted")
+METHODS = ("ar", "prompt-lookup", *JETSPEC_VARIANTS, "assisted", "hf-dflash")
 DEFAULT_ASSISTANTS = {"qwen2.5-coder-1.5b": "qwen2.5-coder-0.5b"}
 
 
@@ -243,6 +249,7 @@ class BenchSetup:
     extra: dict
     drafter: object = None
     assistant: object = None
+    dflash_assistant: object = None  # hf-dflash: the drafter's weights as a MuseGlimmerAssistantModel
     memories: dict = field(default_factory=dict)
 
 
@@ -260,9 +267,9 @@ def load_bench(config: BenchConfig) -> BenchSetup:
     device = target.device
     prompts = load_eval_prompts(config.prompts, limit=config.limit, seed=config.seed, offset=config.offset)
     extra: dict = {}
-    drafter = assistant = None
+    drafter = assistant = dflash = None
     variants = [m for m in config.methods if m in JETSPEC_VARIANTS]
-    if variants:
+    if variants or "hf-dflash" in config.methods:
         drafter, what = load_drafter_for(target, config.target, config.drafter)
         changes = {
             "budget": config.budget,
@@ -300,6 +307,12 @@ def load_bench(config: BenchConfig) -> BenchSetup:
         extra["assisted"] = {"assistant": name, "assistant_params_mb": _param_mb(assistant)}
     if "prompt-lookup" in config.methods:
         extra["prompt-lookup"] = {"prompt_lookup_num_tokens": config.prompt_lookup_tokens}
+    if "hf-dflash" in config.methods:
+        from .dflash import muse_glimmer_assistant
+
+        dflash = muse_glimmer_assistant(drafter)  # raises, naming the fields, for a drafter without the DFlash layout
+        extra["hf-dflash"] = {"drafter": what, "block_size": dflash.config.block_size, "assistant": "MuseGlimmerAssistantModel",
+                              "assistant_params_mb": _param_mb(dflash)}
 
     items = build_items(tokenizer, target, prompts, config.max_new_tokens)
     sampling = config.temperature > 0
@@ -308,7 +321,7 @@ def load_bench(config: BenchConfig) -> BenchSetup:
         gen_kwargs.update(temperature=config.temperature, top_k=0, top_p=1.0)
     else:
         gen_kwargs.update(temperature=None, top_k=None, top_p=None)
-    return BenchSetup(target, tokenizer, items, gen_kwargs, extra, drafter, assistant)
+    return BenchSetup(target, tokenizer, items, gen_kwargs, extra, drafter, assistant, dflash)
 
 
 def _use_method(setup: BenchSetup, config: BenchConfig, name: str) -> dict:
@@ -325,6 +338,8 @@ def _use_method(setup: BenchSetup, config: BenchConfig, name: str) -> dict:
         return {"assistant_model": drafter}
     if name == "assisted":
         return {"assistant_model": setup.assistant}
+    if name == "hf-dflash":
+        return {"assistant_model": setup.dflash_assistant, "speculation_type": "dflash"}
     return {}
 
 
@@ -349,15 +364,23 @@ def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True) -
         return out[0, ids.shape[1] :].tolist(), elapsed, counter, mem.peak_mb
 
     items = setup.items
+    methods = list(config.methods)
     for name in config.methods:  # warm-up: every code path once, untimed
-        run_one(name, items[0][1], config.seed, config.warmup_tokens)
+        try:
+            run_one(name, items[0][1], config.seed, config.warmup_tokens)
+        except Exception as err:
+            if name != "hf-dflash":
+                raise
+            # transformers' DFlash path may assume its own model families: report why, run the rest
+            setup.extra[name]["unavailable"] = f"transformers' DFlash generation failed on this target: {type(err).__name__}: {err}"
+            methods.remove(name)
     for memory in setup.memories.values():  # the warm-up output must not help the timed runs
         memory.clear()
 
-    records = {name: MethodRecord(name) for name in config.methods}
-    bar = tqdm(total=len(items) * len(config.methods), desc="bench", disable=not progress)
+    records = {name: MethodRecord(name) for name in methods}
+    bar = tqdm(total=len(items) * len(methods), desc="bench", disable=not progress)
     for i, (item_id, ids) in enumerate(items):
-        order = list(config.methods[i % len(config.methods) :]) + list(config.methods[: i % len(config.methods)])
+        order = methods[i % len(methods) :] + methods[: i % len(methods)]
         for name in order:
             tokens, elapsed, counter, peak = run_one(name, ids, config.seed + i, config.max_new_tokens)
             rec = records[name]
@@ -368,9 +391,12 @@ def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True) -
             if name in JETSPEC_VARIANTS:
                 _add_generation_stats(rec, setup.drafter.generation_stats)
             elif name != "ar":
-                rec.committed.append(sum(counter.chunks))
-                rec.rounds.append(len(counter.chunks))
-                rec.accepted.append([c - 1 for c in counter.chunks])
+                # transformers' DFlash loop spends its first step on the prefill alone (no draft): count
+                # drafting rounds only, as the JetSpec statistics do
+                chunks = counter.chunks[1:] if name == "hf-dflash" else counter.chunks
+                rec.committed.append(sum(chunks))
+                rec.rounds.append(len(chunks))
+                rec.accepted.append([c - 1 for c in chunks])
             bar.update(1)
             bar.set_postfix_str(f"{item_id} {name} {len(tokens) / elapsed:.1f} tok/s")
     bar.close()
@@ -497,6 +523,8 @@ def summarise(config: BenchConfig, setup: BenchSetup, records: dict[str, MethodR
         entry.update(setup.extra.get(name, {}))
         entry["outputs"] = rec.outputs  # generated token ids per item, for quality checks and replays
         methods[name] = entry
+    for name in set(config.methods) - set(records):  # methods that could not run here, and why
+        methods[name] = dict(setup.extra.get(name, {}))
     result = {
         "methods": methods,
         "config": asdict(config) | {"num_items": len(setup.items), "items": [i for i, _ in setup.items], "target_dtype": dtype_name(setup.target.dtype)},
@@ -540,6 +568,9 @@ def markdown_table(result: dict) -> str:
         return "-" if v is None else spec.format(v)
 
     for name, m in result["methods"].items():
+        if "tokens_per_s" not in m:
+            lines.append(f"| {name} | not run: {m.get('unavailable', 'unavailable')} |")
+            continue
         lines.append(
             "| "
             + " | ".join([
@@ -577,7 +608,7 @@ def plot_result(result: dict, path: str | os.PathLike) -> None:
     ax1.set_ylabel("share of rounds")
     ax1.legend()
     ax1.set_title("acceptance length")
-    names = list(methods)
+    names = [n for n in methods if "tokens_per_s" in methods[n]]
     ax2.bar(names, [methods[n]["tokens_per_s"] for n in names], color="tab:blue")
     ax2.set_ylabel("tokens / s")
     cfg = result["config"]

@@ -17,10 +17,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .layers import apply_rotary
+from .layers import project_kv, project_q
+
 
 def static_block_forward(drafter, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n: torch.Tensor,
-                         keys: list[torch.Tensor], values: list[torch.Tensor], causal: bool) -> torch.Tensor:
+                         keys: list[torch.Tensor], values: list[torch.Tensor], causal: bool,
+                         window: int | None = None) -> torch.Tensor:
     """Draft-vocabulary logits [1, L, V] of one block ``x`` [1, L, H] (embedded) after ``n`` context rows.
 
     ``keys`` / ``values`` are the cache's full per-layer buffers [1, kv, capacity, D]; the block's
@@ -30,13 +32,14 @@ def static_block_forward(drafter, x: torch.Tensor, cos: torch.Tensor, sin: torch
     rows = n + torch.arange(length, device=x.device)
     cols = torch.arange(capacity, device=x.device)
     mask = cols[None, :] <= rows[:, None] if causal else (cols < n + length)[None, :].expand(length, capacity)
+    if window is not None:
+        mask = mask & ((rows[:, None] - cols[None, :]).abs() < window)
     for layer, k_buf, v_buf in zip(drafter.layers, keys, values):
         attn = layer.self_attn
         h = layer.input_layernorm(x)
         b, t, _ = h.shape
-        q = apply_rotary(attn.q_proj(h).view(b, t, attn.num_heads, attn.head_dim).transpose(1, 2), cos, sin)
-        k = apply_rotary(attn.k_proj(h).view(b, t, attn.num_kv_heads, attn.head_dim).transpose(1, 2), cos, sin)
-        v = attn.v_proj(h).view(b, t, attn.num_kv_heads, attn.head_dim).transpose(1, 2)
+        q = project_q(attn, h, cos, sin, attn.num_heads, attn.head_dim)
+        k, v = project_kv(attn, h, cos, sin, attn.num_kv_heads, attn.head_dim)
         k_buf.index_copy_(2, rows, k)
         v_buf.index_copy_(2, rows, v)
         out = F.scaled_dot_product_attention(q, k_buf, v_buf, attn_mask=mask[None, None], enable_gqa=attn.num_kv_heads != attn.num_heads)
@@ -62,4 +65,4 @@ class CompiledDraftStep:
         self.calls += 1
         n = torch.tensor(len(cache), device=x.device)
         keys, values = cache.buffers
-        return self.fn(drafter, x, cos, sin, n, keys, values, causal)
+        return self.fn(drafter, x, cos, sin, n, keys, values, causal, drafter.config.sliding_window)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 ATTENTION_KINDS = ("causal", "bidirectional")
+ROW_TARGETS = ("next", "self")
 BLOCK_INPUT_KINDS = ("tokens", "mask")
 
 
@@ -37,6 +38,10 @@ def rope_theta_of(config) -> float:
     return float(getattr(config, "rope_theta", None) or 10000.0)
 
 
+def _optional_int(value) -> int | None:
+    return None if value is None else int(value)
+
+
 class JetSpecDrafterConfig(PretrainedConfig):
     r"""Configuration of a causal parallel block drafter.
 
@@ -66,6 +71,23 @@ class JetSpecDrafterConfig(PretrainedConfig):
             verification budget at inference is independent of it.
         draft_vocab_size (`int`, *optional*): size of a reduced draft vocabulary; the ids are a
             buffer of the model (``draft_vocab``) and the LM head is restricted to those rows.
+        qk_norm (`bool`, defaults to False): RMS-normalise each head's queries and keys before the
+            rotation (``q_norm`` / ``k_norm``), as DFlash drafters do.
+        context_input_norm (`bool`, defaults to True): pass the projected context through each
+            layer's ``input_layernorm`` before its key/value projections (JetSpec); DFlash drafters
+            project it directly (False).
+        mask_token_id (`int`, *optional*): with ``block_inputs="mask"``, fill noise positions with the
+            target's embedding of this token (DFlash) instead of a learned mask embedding.
+        row_predicts (`str`, defaults to ``"next"``): which token a block row's output predicts: the
+            one after the row (``"next"``, JetSpec) or the row's own (``"self"``, DFlash: row 0 holds
+            the anchor and rows 1.. hold masks). A ``"self"`` drafter runs a block of L rows with one
+            more trailing mask row, so that its outputs line up with a ``"next"`` drafter's.
+        sliding_window (`int`, *optional*): a block position at sequence position ``p`` sees context
+            positions ``t`` with ``p - t < sliding_window`` only (DFlash checkpoints with sliding
+            attention); None: the whole context.
+
+    The ``target_*`` signature fields may be None for a drafter converted from a format that does not
+    record its target (MuseGlimmerAssistant); it then adopts the first target it is attached to.
     """
 
     model_type = "jetspec_drafter"
@@ -91,6 +113,11 @@ class JetSpecDrafterConfig(PretrainedConfig):
         block_inputs: str = "tokens",
         block_size: int = 16,
         draft_vocab_size: int | None = None,
+        qk_norm: bool = False,
+        context_input_norm: bool = True,
+        mask_token_id: int | None = None,
+        row_predicts: str = "next",
+        sliding_window: int | None = None,
         initializer_range: float = 0.02,
         **kwargs,
     ):
@@ -98,8 +125,8 @@ class JetSpecDrafterConfig(PretrainedConfig):
         kwargs.setdefault("tie_word_embeddings", False)
         self.target_model_type = target_model_type
         self.target_hidden_size = int(target_hidden_size)
-        self.target_vocab_size = int(target_vocab_size)
-        self.target_num_hidden_layers = int(target_num_hidden_layers)
+        self.target_vocab_size = _optional_int(target_vocab_size)
+        self.target_num_hidden_layers = _optional_int(target_num_hidden_layers)
         if target_layer_ids is None:
             target_layer_ids = default_target_layer_ids(self.target_num_hidden_layers)
         self.target_layer_ids = [int(i) for i in target_layer_ids]
@@ -116,7 +143,12 @@ class JetSpecDrafterConfig(PretrainedConfig):
         self.attention = attention
         self.block_inputs = block_inputs
         self.block_size = int(block_size)
-        self.draft_vocab_size = None if draft_vocab_size is None else int(draft_vocab_size)
+        self.draft_vocab_size = _optional_int(draft_vocab_size)
+        self.qk_norm = bool(qk_norm)
+        self.context_input_norm = bool(context_input_norm)
+        self.mask_token_id = _optional_int(mask_token_id)
+        self.row_predicts = row_predicts
+        self.sliding_window = _optional_int(sliding_window)
         self.initializer_range = initializer_range
         super().__init__(**kwargs)
         self.validate_drafter()
@@ -132,7 +164,8 @@ class JetSpecDrafterConfig(PretrainedConfig):
             raise ValueError(f"block_inputs must be one of {BLOCK_INPUT_KINDS}, got {self.block_inputs!r}")
         if not self.target_layer_ids:
             raise ValueError("target_layer_ids must name at least one target layer")
-        bad = [i for i in self.target_layer_ids if not 0 <= i < self.target_num_hidden_layers]
+        depth = self.target_num_hidden_layers
+        bad = [i for i in self.target_layer_ids if i < 0 or (depth is not None and i >= depth)]
         if bad:
             raise ValueError(
                 f"target_layer_ids {bad} are out of range for a target with {self.target_num_hidden_layers} "
@@ -149,8 +182,34 @@ class JetSpecDrafterConfig(PretrainedConfig):
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
         if self.block_size < 2:
             raise ValueError(f"block_size must be >= 2 (anchor + at least one draft), got {self.block_size}")
-        if self.draft_vocab_size is not None and not 0 < self.draft_vocab_size <= self.target_vocab_size:
-            raise ValueError(f"draft_vocab_size must be in 1..{self.target_vocab_size}, got {self.draft_vocab_size}")
+        vocab = self.target_vocab_size
+        if self.draft_vocab_size is not None and not 0 < self.draft_vocab_size <= (vocab or self.draft_vocab_size):
+            raise ValueError(f"draft_vocab_size must be in 1..{vocab}, got {self.draft_vocab_size}")
+        if self.mask_token_id is not None:
+            if self.block_inputs != "mask":
+                raise ValueError("mask_token_id is used only by drafters with block_inputs='mask'")
+            if not 0 <= self.mask_token_id < (vocab or self.mask_token_id + 1):
+                raise ValueError(f"mask_token_id {self.mask_token_id} is not a token id of a vocabulary of {vocab}")
+        if self.row_predicts not in ROW_TARGETS:
+            raise ValueError(f"row_predicts must be one of {ROW_TARGETS}, got {self.row_predicts!r}")
+        if self.row_predicts == "self" and self.block_inputs != "mask":
+            raise ValueError("row_predicts='self' needs block_inputs='mask' (the extra row is a mask)")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ValueError(f"sliding_window must be a positive number of positions, got {self.sliding_window}")
+
+    def unset_target_fields(self) -> list[str]:
+        """The ``target_*`` signature fields this config leaves unset (None)."""
+        return [k for k in ("target_model_type", "target_num_hidden_layers", "target_vocab_size") if getattr(self, k) is None]
+
+    def adopt_target_fields(self, signature: dict) -> list[str]:
+        """Fill the unset ``target_*`` fields from a target's ``signature`` (see
+        :func:`~hf_jetspec.target_info.target_signature`), then validate; returns the fields filled."""
+        filled = self.unset_target_fields()
+        for key in filled:
+            setattr(self, key, signature[key])
+        if filled:
+            self.validate_drafter()
+        return filled
 
     def describe_target(self) -> str:
         name = f" ({self.target_name_or_path})" if self.target_name_or_path else ""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .masks import context_block_mask, prefix_block_mask
+from .masks import context_block_mask, prefix_block_mask, sliding_window_mask
 
 MIN_CAPACITY = 256
 
@@ -104,9 +104,14 @@ class BlockAttention:
     One block without extra rows (every plain drafting pass) takes the fast path: the block's keys
     are written into the cache's scratch rows and the mask is a view of a prebuilt table. Batches
     and extra rows concatenate per layer.
+
+    With a ``window`` (sliding-window drafters), ``positions`` [B, L] are the blocks' sequence
+    positions; context row ``t`` is position ``t`` and extra rows follow the context. Keys further
+    than the window are masked once some block reaches past it.
     """
 
-    def __init__(self, cache: DrafterCache, batch_size: int, length: int, extra, causal: bool, device):
+    def __init__(self, cache: DrafterCache, batch_size: int, length: int, extra, causal: bool, device,
+                 window: int | None = None, positions: torch.Tensor | None = None):
         self.cache = cache
         self.extra = extra
         self.batch_size = batch_size
@@ -115,6 +120,11 @@ class BlockAttention:
             self.mask = cache.block_mask(length, causal, device)
         else:
             self.mask = context_block_mask(batch_size, length, len(cache), None if extra is None else extra[1], causal, device)
+        if window is not None and positions is not None and int(positions.max()) >= window:
+            rows = len(cache) + (0 if extra is None else extra[1].shape[1])
+            keys = torch.cat([torch.arange(rows)[None].expand(batch_size, -1), positions], dim=1)
+            near = sliding_window_mask(positions, keys, window).to(device)
+            self.mask = near if self.mask is None else self.mask & near
 
     def keys(self, i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys/values layer ``i`` attends over, given the block's own ``k``/``v`` [B, kv, L, D]."""

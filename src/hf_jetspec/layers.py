@@ -80,7 +80,19 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class Attention(nn.Module):
-    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, bias: bool = False):
+    """Llama-named attention; with ``qk_norm`` each head's queries and keys are RMS-normalised before
+    the rotation (``q_norm`` / ``k_norm``, as in Qwen3 and DFlash drafters)."""
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        bias: bool = False,
+        qk_norm: bool = False,
+        eps: float = 1e-6,
+    ):
         super().__init__()
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
@@ -89,6 +101,9 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=bias)
         self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=bias)
         self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
+        if qk_norm:
+            self.q_norm = RMSNorm(head_dim, eps)
+            self.k_norm = RMSNorm(head_dim, eps)
 
     def project_kv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys (rotated) and values for ``x`` [B, T, H] -> two tensors [B, kv_heads, T, D]."""
@@ -112,12 +127,27 @@ class Attention(nn.Module):
         return attention_forward(self, x, cos, sin, mask, prefix_kv, self.num_heads, self.num_kv_heads, self.head_dim)
 
 
-def project_kv(attn: nn.Module, x: torch.Tensor, cos, sin, num_kv_heads: int, head_dim: int):
-    """Rotated keys and values [B, kv_heads, T, D] of any Llama-named attention module."""
+def _heads(x: torch.Tensor, num_heads: int, head_dim: int) -> torch.Tensor:
+    """[B, T, heads * D] -> [B, heads, T, D]."""
     b, t, _ = x.shape
-    k = attn.k_proj(x).view(b, t, num_kv_heads, head_dim).transpose(1, 2)
-    v = attn.v_proj(x).view(b, t, num_kv_heads, head_dim).transpose(1, 2)
-    return apply_rotary(k, cos, sin), v
+    return x.view(b, t, num_heads, head_dim).transpose(1, 2)
+
+
+def _head_norm(attn: nn.Module, name: str, x: torch.Tensor) -> torch.Tensor:
+    """Per-head RMS norm ``attn.<name>`` (``q_norm`` / ``k_norm``) where the module has one."""
+    norm = getattr(attn, name, None)
+    return x if norm is None else norm(x)
+
+
+def project_q(attn: nn.Module, x: torch.Tensor, cos, sin, num_heads: int, head_dim: int) -> torch.Tensor:
+    """Rotated queries [B, heads, T, D] of any Llama-named attention module (``q_norm`` applied if present)."""
+    return apply_rotary(_head_norm(attn, "q_norm", _heads(attn.q_proj(x), num_heads, head_dim)), cos, sin)
+
+
+def project_kv(attn: nn.Module, x: torch.Tensor, cos, sin, num_kv_heads: int, head_dim: int):
+    """Rotated keys and values [B, kv_heads, T, D] of any Llama-named attention module (``k_norm`` applied if present)."""
+    k = _head_norm(attn, "k_norm", _heads(attn.k_proj(x), num_kv_heads, head_dim))
+    return apply_rotary(k, cos, sin), _heads(attn.v_proj(x), num_kv_heads, head_dim)
 
 
 def attention_forward(attn: nn.Module, x, cos, sin, mask, prefix_kv, num_heads: int, num_kv_heads: int, head_dim: int) -> torch.Tensor:
@@ -127,8 +157,7 @@ def attention_forward(attn: nn.Module, x, cos, sin, mask, prefix_kv, num_heads: 
     whose ``forward`` has another signature.
     """
     b, t, _ = x.shape
-    q = attn.q_proj(x).view(b, t, num_heads, head_dim).transpose(1, 2)
-    q = apply_rotary(q, cos, sin)
+    q = project_q(attn, x, cos, sin, num_heads, head_dim)
     k, v = project_kv(attn, x, cos, sin, num_kv_heads, head_dim)
     if callable(prefix_kv):
         k, v = prefix_kv(k, v)
@@ -158,7 +187,10 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm transformer layer (attention + SwiGLU MLP) with Llama parameter names."""
+    """Pre-norm transformer layer (attention + SwiGLU MLP) with Llama parameter names.
+
+    Context rows reach the keys/values through ``input_layernorm`` (``context_input_norm=True``, JetSpec)
+    or straight from the projected context (``False``, DFlash / MuseGlimmerAssistant)."""
 
     def __init__(
         self,
@@ -169,16 +201,20 @@ class DecoderLayer(nn.Module):
         head_dim: int,
         eps: float,
         attention_bias: bool = False,
+        qk_norm: bool = False,
+        context_input_norm: bool = True,
     ):
         super().__init__()
-        self.self_attn = Attention(hidden_size, num_heads, num_kv_heads, head_dim, bias=attention_bias)
+        self.self_attn = Attention(hidden_size, num_heads, num_kv_heads, head_dim, bias=attention_bias, qk_norm=qk_norm, eps=eps)
         self.mlp = MLP(hidden_size, intermediate_size)
         self.input_layernorm = RMSNorm(hidden_size, eps)
         self.post_attention_layernorm = RMSNorm(hidden_size, eps)
+        self.context_input_norm = context_input_norm
 
     @classmethod
     def from_config(cls, config) -> "DecoderLayer":
-        """A layer shaped by a drafter/adapter config (hidden, intermediate, heads, head_dim, eps, bias)."""
+        """A layer shaped by a drafter/adapter config (hidden, intermediate, heads, head_dim, eps, bias,
+        and the drafter's ``qk_norm`` / ``context_input_norm`` where the config has them)."""
         return cls(
             config.hidden_size,
             config.intermediate_size,
@@ -187,11 +223,14 @@ class DecoderLayer(nn.Module):
             config.head_dim,
             config.rms_norm_eps,
             config.attention_bias,
+            qk_norm=getattr(config, "qk_norm", False),
+            context_input_norm=getattr(config, "context_input_norm", True),
         )
 
     def context_kv(self, context: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """Keys/values this layer exposes for (already projected) context features."""
-        return self.self_attn.project_kv(self.input_layernorm(context), cos, sin)
+        x = self.input_layernorm(context) if self.context_input_norm else context
+        return self.self_attn.project_kv(x, cos, sin)
 
     def forward(self, x, cos, sin, mask, prefix_kv=None):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, prefix_kv)

@@ -65,3 +65,14 @@ def prefix_block_mask(length: int, capacity: int) -> torch.Tensor:
     i = torch.arange(length)[:, None]
     t = torch.arange(capacity + length)[None, :]
     return t <= capacity + i
+
+
+def sliding_window_mask(query_positions: torch.Tensor, key_positions: torch.Tensor, window: int) -> torch.Tensor:
+    """[B, 1, Q, K]: a query at position ``p`` sees a key at position ``t`` iff ``|p - t| < window``.
+
+    ``query_positions`` is [B, Q], ``key_positions`` [B, K] (or [K], shared by the batch). AND it
+    with a block mask to give a drafter sliding-window attention (DFlash checkpoints)."""
+    if key_positions.dim() == 1:
+        key_positions = key_positions[None].expand(query_positions.shape[0], -1)
+    gap = query_positions[:, :, None] - key_positions[:, None, :]
+    return (gap.abs() < window)[:, None]

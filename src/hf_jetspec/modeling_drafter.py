@@ -10,16 +10,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
-from transformers.utils import ModelOutput
+from transformers.utils import ModelOutput, logging
 
 from .configuration_drafter import JetSpecDrafterConfig
 from .drafter_cache import BlockAttention, DrafterCache
 from .drafting_config import DRAFTING_CONFIG_NAME, DraftingConfig
 from .kernels import head_summary, summarise_logits
 from .layers import DecoderLayer, RMSNorm, RotaryTable
-from .masks import block_attention_mask, context_visibility
+from .masks import block_attention_mask, context_visibility, sliding_window_mask
 from .stats import GenerationStats
-from .target_info import check_target_matches, target_decoder_layers, target_shape_fields
+from .target_info import check_target_matches, target_decoder_layers, target_shape_fields, target_signature
+
+logger = logging.get_logger(__name__)
 
 
 @dataclass
@@ -54,7 +56,7 @@ class JetSpecDrafter(PreTrainedModel):
         self.context_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.layers = nn.ModuleList(DecoderLayer.from_config(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        if config.block_inputs == "mask":
+        if config.block_inputs == "mask" and config.mask_token_id is None:
             self.mask_embedding = nn.Parameter(torch.zeros(config.hidden_size))
         if config.draft_vocab_size is not None:
             self.register_buffer("draft_vocab", torch.arange(config.draft_vocab_size, dtype=torch.long), persistent=True)
@@ -110,19 +112,34 @@ class JetSpecDrafter(PreTrainedModel):
         top = list(src)[-len(self.layers) :]
         for mine, theirs in zip(self.layers, top):
             state = {k: v for k, v in theirs.state_dict().items()}
-            missing = [k for k in mine.state_dict() if k not in state or state[k].shape != mine.state_dict()[k].shape]
+            own = mine.state_dict()
+            missing = [k for k in own if k not in state or state[k].shape != own[k].shape]
+            # per-head q/k norms the target lacks keep their identity-scale initialisation
+            missing = [k for k in missing if not (k.startswith(("self_attn.q_norm.", "self_attn.k_norm.")) and k not in state)]
             if missing:
                 raise ValueError(
                     f"cannot initialise drafter layers from {type(theirs).__name__}: parameters {missing} "
                     "have no counterpart of the same shape"
                 )
-            mine.load_state_dict({k: state[k].to(self.dtype) for k in mine.state_dict()})
+            mine.load_state_dict({k: state[k].to(self.dtype) if k in state else v for k, v in own.items()})
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, drafting_config: DraftingConfig | None = None, **kwargs):
         """Load a drafter (safetensors only). Drafting options may be given as ``drafting_config``
-        or as keyword arguments named like its fields (``num_jacobi_passes=2, budget=32``)."""
+        or as keyword arguments named like its fields (``num_jacobi_passes=2, budget=32``).
+
+        A DFlash release checkpoint or a transformers ``MuseGlimmerAssistantModel`` folder is recognised
+        by its ``config.json`` and converted on load (:mod:`hf_jetspec.dflash`); ``target=`` then
+        fills in the target fields those formats do not record (otherwise the drafter adopts the
+        first target it is attached to), and ``dtype=`` picks the weights' dtype (default: as stored)."""
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in DraftingConfig.field_names()}
+        target = kwargs.pop("target", None)
+        foreign = _foreign_checkpoint(pretrained_model_name_or_path, kwargs)
+        if foreign is not None:
+            kwargs["target"] = target
+            model = _from_foreign(cls, pretrained_model_name_or_path, foreign, kwargs)
+            model.drafting_config = (drafting_config or DraftingConfig()).replace(**options)
+            return model
         kwargs["use_safetensors"] = True
         try:
             model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
@@ -137,6 +154,8 @@ class JetSpecDrafter(PreTrainedModel):
             drafting_config = _load_drafting_config(pretrained_model_name_or_path, kwargs)
         model.drafting_config = drafting_config.replace(**options)
         model.acceptance_model = _load_acceptance_model(pretrained_model_name_or_path, kwargs)
+        if target is not None:
+            model.attach_target(target)
         return model
 
     def save_pretrained(self, save_directory, *args, **kwargs):
@@ -174,7 +193,13 @@ class JetSpecDrafter(PreTrainedModel):
 
     # ------------------------------------------------------------------ the target it serves
     def check_target(self, target) -> None:
-        """Raise a ``ValueError`` naming both sides if ``target`` is not the one this drafter serves."""
+        """Raise a ``ValueError`` naming both sides if ``target`` is not the one this drafter serves.
+
+        A drafter converted from a format that does not record its target (``target_*`` fields None)
+        first adopts ``target``'s signature."""
+        filled = self.config.adopt_target_fields(target_signature(target))
+        if filled:
+            logger.info(f"JetSpecDrafter: {', '.join(filled)} taken from the target {getattr(target, 'name_or_path', '')!r}")
         check_target_matches(self.config, target, "JetSpecDrafter", "JetSpecDrafter.for_target(target)", "drafter")
 
     def attach_target(self, target, follow_dtype: bool = True) -> None:
@@ -263,10 +288,14 @@ class JetSpecDrafter(PreTrainedModel):
         return self.context_norm(self.fc(target_states.to(self.dtype)))
 
     def embed_block(self, block_input_ids: torch.Tensor, noise_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Token embeddings of block inputs (the target's table); ``noise_mask`` marks mask inputs."""
+        """Token embeddings of block inputs (the target's table); ``noise_mask`` marks mask inputs
+        (the target's embedding of ``config.mask_token_id``, or the learned mask embedding)."""
         emb = self.target.get_input_embeddings()
+        mask_id = self.config.mask_token_id
+        if noise_mask is not None and mask_id is not None:
+            block_input_ids = torch.where(noise_mask.to(block_input_ids.device), mask_id, block_input_ids)
         x = emb(block_input_ids.to(emb.weight.device)).to(device=self.device, dtype=self.dtype)
-        if noise_mask is not None and self.config.block_inputs == "mask":
+        if noise_mask is not None and mask_id is None and self.config.block_inputs == "mask":
             x = torch.where(noise_mask.to(x.device)[..., None], self.mask_embedding.to(x.dtype), x)
         return x
 
@@ -367,19 +396,24 @@ class JetSpecDrafter(PreTrainedModel):
         """
         bsz, gamma = block_input_ids.shape
         device = self.device
+        skip = 0
+        if self.config.row_predicts == "self":  # one more mask row; outputs from row 1 on
+            block_input_ids, noise_mask = with_trailing_mask_row(block_input_ids, noise_mask)
+            gamma, skip = gamma + 1, 1
         x = self.embed_block(block_input_ids, noise_mask)
         positions = start_positions.cpu()[:, None] + torch.arange(gamma)  # on the CPU: the table reads its range for free
         cos, sin = self._rotary(positions)
         causal = self.config.attention == "causal"
         step = self.__dict__.get("_compiled_step")
         if step is not None and extra is None and bsz == 1 and step.usable(cache, gamma):
-            logits = step(self, cache, x, cos, sin, causal)
+            logits = step(self, cache, x, cos, sin, causal)[:, skip:]
             if summary:
                 return summarise_logits(logits)
             return self.draft_ids(logits), logits
-        attend = BlockAttention(cache, bsz, gamma, extra, causal, device)
+        attend = BlockAttention(cache, bsz, gamma, extra, causal, device, self.config.sliding_window, positions)
         for li, layer in enumerate(self.layers):
             x = layer(x, cos, sin, attend.mask, partial(attend.keys, li))
+        x, gamma = x[:, skip:], gamma - skip
         if summary:
             return head_summary(self.norm(x).reshape(bsz * gamma, -1), self._head())
         logits = self.draft_logits(x)
@@ -414,6 +448,10 @@ class JetSpecDrafter(PreTrainedModel):
             :class:`JetSpecDrafterOutput` with logits [B, nb, gamma, V_draft]; output i of a block
             predicts the token at block index i + 1.
         """
+        skip = 0
+        if self.config.row_predicts == "self":  # one more mask row per block; outputs from row 1 on
+            block_input_ids, noise_mask = with_trailing_mask_row(block_input_ids, noise_mask)
+            skip = 1
         bsz, nb, gamma = block_input_ids.shape
         t = context_states.shape[1]
         ctx = self.project_context(context_states)
@@ -426,11 +464,25 @@ class JetSpecDrafter(PreTrainedModel):
         positions = (anchor_positions[:, :, None] + torch.arange(gamma, device=anchor_positions.device)).reshape(bsz, nb * gamma)
         cos, sin = self._rotary(positions.to(self.device))
         mask = block_attention_mask(context_visible.to(self.device), gamma, self.config.attention == "causal")
+        if self.config.sliding_window is not None:
+            keys = torch.cat([context_positions.to(self.device), positions.to(self.device)], dim=1)
+            mask = mask & sliding_window_mask(positions.to(self.device), keys, self.config.sliding_window)
         for layer in self.layers:
             kv = layer.context_kv(ctx, ctx_cos, ctx_sin)
             x = layer(x, cos, sin, mask, kv)
-        logits = self.draft_logits(x).reshape(bsz, nb, gamma, -1)
-        return JetSpecDrafterOutput(logits=logits, hidden_states=x.reshape(bsz, nb, gamma, -1) if return_hidden_states else None)
+        x = x.reshape(bsz, nb, gamma, -1)[:, :, skip:]
+        logits = self.draft_logits(x)
+        return JetSpecDrafterOutput(logits=logits, hidden_states=x if return_hidden_states else None)
+
+
+def with_trailing_mask_row(block_input_ids: torch.Tensor, noise_mask: torch.Tensor | None):
+    """Blocks [..., L] with one more row at the end that holds noise, and their noise mask [..., L + 1]
+    (a ``row_predicts="self"`` drafter's extra row; its id is a placeholder the mask replaces)."""
+    pad = torch.zeros_like(block_input_ids[..., :1])
+    if noise_mask is None:
+        noise_mask = torch.zeros(block_input_ids.shape, dtype=torch.bool, device=block_input_ids.device)
+    noise_mask = noise_mask.to(block_input_ids.device)
+    return torch.cat([block_input_ids, pad], dim=-1), torch.cat([noise_mask, torch.ones_like(pad, dtype=torch.bool)], dim=-1)
 
 
 def _companion_file(name_or_path, filename: str, kwargs) -> str | None:
@@ -462,3 +514,64 @@ def _load_acceptance_model(name_or_path, kwargs):
 
     path = _companion_file(name_or_path, ACCEPTANCE_CALIBRATION_NAME, kwargs)
     return AcceptanceModel.load(path) if path else AcceptanceModel()
+
+
+def _foreign_checkpoint(name_or_path, kwargs) -> dict | None:
+    """The ``config.json`` contents of a DFlash / MuseGlimmerAssistant checkpoint, or None for our own format."""
+    import json
+
+    from .dflash import checkpoint_format
+
+    path = _companion_file(name_or_path, "config.json", kwargs)
+    if path is None:
+        return None
+    with open(path) as f:
+        config = json.load(f)
+    return None if checkpoint_format(config) == "jetspec" else config
+
+
+def _foreign_state_dict(name_or_path, kwargs) -> dict:
+    """All tensors of a checkpoint stored as ``model.safetensors`` or as shards with an index."""
+    import json
+
+    from safetensors.torch import load_file
+
+    single = _companion_file(name_or_path, "model.safetensors", kwargs)
+    if single is not None:
+        files = [single]
+    else:
+        index = _companion_file(name_or_path, "model.safetensors.index.json", kwargs)
+        if index is None:
+            raise OSError(f"{name_or_path!r} has no model.safetensors (or sharded index) to convert")
+        with open(index) as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        files = [_companion_file(name_or_path, shard, kwargs) for shard in shards]
+    state = {}
+    for file in files:
+        try:
+            state.update(load_file(file))
+        except Exception as err:
+            raise OSError(f"the weights in {file!r} could not be read ({err}); the safetensors file is corrupt or truncated") from err
+    return state
+
+
+def _from_foreign(cls, name_or_path, config: dict, kwargs) -> "JetSpecDrafter":
+    from .dflash import convert_to_jetspec
+
+    target = kwargs.pop("target", None)
+    fields = None if target is None else {k: v for k, v in target_signature(target).items() if k != "target_hidden_size"}
+    state, drafter_config, fmt = convert_to_jetspec(_foreign_state_dict(name_or_path, kwargs), config, fields)
+    logger.warning_once(f"JetSpecDrafter: converting the {fmt} checkpoint {str(name_or_path)!r} on load (hf_jetspec.dflash)")
+    dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
+    if dtype in (None, "auto"):
+        dtype = next(v.dtype for v in state.values() if v.is_floating_point())
+    elif isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    model = cls(drafter_config)
+    model.load_state_dict(state, strict=True)
+    model.to(dtype=dtype)
+    if kwargs.get("device_map") not in (None, "auto"):
+        model.to(kwargs["device_map"])
+    if target is not None:
+        model.attach_target(target, follow_dtype=False)
+    return model.eval()
