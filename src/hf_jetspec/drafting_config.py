@@ -60,6 +60,12 @@ class DraftingConfig:
         compile: draft single blocks through a ``torch.compile``d step with static shapes
             (:mod:`hf_jetspec.compiled_step`); the first round of each block length compiles.
             Off by default: see ``benchmarks/round_cost.py --compile`` for what it costs and saves.
+        tree: verify a token tree instead of a chain (:mod:`hf_jetspec.tree_decoding`): None (off,
+            chains), ``"auto"`` (the ``budget - 1`` nodes of highest cumulative draft probability,
+            EAGLE-2 style) or a list of widths per depth (the top-1 chain with ``w - 1`` alternative
+            siblings at each depth; ``sum(widths) <= budget - 1`` nodes). Tree rounds run their own
+            verification loop; the round policy and foresight do not apply to them.
+        tree_top_k: candidates per position a tree may branch into (``"auto"``).
     """
 
     budget: int = 16
@@ -79,6 +85,8 @@ class DraftingConfig:
     output_memory: bool = True
     record_acceptance: bool = False
     compile: bool = False
+    tree: str | list[int] | None = None
+    tree_top_k: int = 4
 
     def __post_init__(self):
         self.validate()
@@ -97,6 +105,17 @@ class DraftingConfig:
             )
         if not isinstance(self.max_ngram, int) or self.max_ngram < 1:
             raise ValueError(f"max_ngram must be an int >= 1, got {self.max_ngram!r}")
+        if isinstance(self.tree, tuple):
+            self.tree = list(self.tree)
+        if self.tree == "off":
+            self.tree = None
+        if self.tree is not None and self.tree != "auto":
+            if not isinstance(self.tree, list) or not self.tree or not all(isinstance(w, int) and w >= 1 for w in self.tree):
+                raise ValueError(f"tree must be None, 'auto' or a list of widths >= 1 per depth, got {self.tree!r}")
+            if sum(self.tree) > self.budget - 1:
+                raise ValueError(f"tree widths {self.tree} make {sum(self.tree)} nodes, more than budget - 1 = {self.budget - 1}")
+        if not isinstance(self.tree_top_k, int) or self.tree_top_k < 1:
+            raise ValueError(f"tree_top_k must be an int >= 1, got {self.tree_top_k!r}")
         if self.pipeline not in PIPELINES:
             raise ValueError(f"pipeline must be one of {PIPELINES}, got {self.pipeline!r}")
 

@@ -75,6 +75,15 @@ def _wrap_validate_generation_mode(original):
 def _wrap_assisted_decoding(original):
     @functools.wraps(original)
     def _assisted_decoding(self, input_ids, *args, **kwargs):
+        drafter = kwargs.get("assistant_model")
+        if _is_drafter(drafter) and drafter.drafting_config.tree is not None and not args:
+            from .tree_decoding import tree_decoding  # tree rounds: our own verification loop
+
+            names = ("logits_processor", "stopping_criteria", "generation_config", "synced_gpus", "streamer", "inputs_tensor",
+                     "assistant_model", "assistant_tokenizer", "tokenizer")
+            given = {name: kwargs.pop(name, None) for name in names}
+            return tree_decoding(self, input_ids, given["logits_processor"], given["stopping_criteria"], given["generation_config"],
+                                 given["streamer"], drafter, kwargs)
         generators: list = []
         _running_calls().append(generators)
         try:

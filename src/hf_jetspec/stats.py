@@ -46,6 +46,8 @@ class GenerationStats:
     seeded_drafter_runs: int = 0
     acceptance_records: list = field(default_factory=list)
     cost_model: dict = field(default_factory=dict)
+    tree_nodes: list[int] = field(default_factory=list)  # tree rounds: nodes verified per round
+    tree_paths: list[tuple[int, bool]] = field(default_factory=list)  # (accepted depth, left the top-1 chain)
 
     @property
     def hit_rate(self) -> float | None:
@@ -84,6 +86,11 @@ class GenerationStats:
         self.accepted_lengths.append(int(accepted))
         self.committed_tokens += int(committed)
         self.drafted_tokens += int(drafted)
+
+    def record_tree_round(self, nodes: int, depth: int, off_chain: bool) -> None:
+        """A tree round: nodes verified, and the accepted path's depth and whether it took a non-top-1 branch."""
+        self.tree_nodes.append(int(nodes))
+        self.tree_paths.append((int(depth), bool(off_chain)))
 
     def merge(self, other: "GenerationStats") -> "GenerationStats":
         """Field-wise sum (counters and times) / concatenation (per-round lists)."""

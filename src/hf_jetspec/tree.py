@@ -1,0 +1,165 @@
+"""Token trees for verification: several drafts checked in one target forward.
+
+A :class:`DraftTree` holds the nodes that follow a round's anchor (the root, which is not a node):
+their tokens, their parents (``-1``: a child of the root) and their depths (1 for the root's
+children), in an order where every parent comes before its children, and with distinct tokens
+among the children of any node. The target verifies ``[anchor] + nodes`` in one forward with
+:func:`tree_attention_mask` and :func:`tree_positions`; :func:`accept_greedy` or
+:func:`accept_sampled` then walk the tree from the root.
+
+Trees are built from what one drafter pass gives, the per-position top-k of its block:
+:func:`sibling_tree` (a static shape: the top-1 chain with alternative siblings at chosen depths)
+and :func:`best_first_tree` (EAGLE-2-style: the ``budget`` nodes of highest cumulative draft
+probability, treating positions as independent as Medusa does).
+
+Sampling with a tree is exact by the point-mass rule (seed, Appendix F.3) applied at each node:
+draw the target's token ``v`` at the node; if ``v`` is one of the node's children, move there and
+continue; otherwise commit ``v`` and stop. Every committed token is the target's own draw.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class DraftTree:
+    """Nodes after the root, parents before children. ``tokens``, ``parents``, ``depths``: [N] long (CPU)."""
+
+    tokens: torch.Tensor
+    parents: torch.Tensor
+    depths: torch.Tensor
+
+    def __post_init__(self):
+        n = self.tokens.numel()
+        if self.parents.numel() != n or self.depths.numel() != n:
+            raise ValueError("tokens, parents and depths must have one entry per node")
+        for i in range(n):
+            p = int(self.parents[i])
+            if not -1 <= p < i:
+                raise ValueError(f"node {i} has parent {p}: parents must come before their children")
+            if int(self.depths[i]) != (1 if p < 0 else int(self.depths[p]) + 1):
+                raise ValueError(f"node {i} has depth {int(self.depths[i])}, inconsistent with its parent")
+        seen = set()
+        for p, t in zip(self.parents.tolist(), self.tokens.tolist()):
+            if (p, t) in seen:
+                raise ValueError(f"token {t} appears twice among the children of node {p}")
+            seen.add((p, t))
+
+    def __len__(self) -> int:
+        return self.tokens.numel()
+
+    @property
+    def depth(self) -> int:
+        return int(self.depths.max()) if len(self) else 0
+
+    def children(self, node: int) -> dict[int, int]:
+        """``{token: child index}`` of ``node`` (-1: the root)."""
+        return {int(t): i for i, (p, t) in enumerate(zip(self.parents.tolist(), self.tokens.tolist())) if p == node}
+
+    def path(self, node: int) -> list[int]:
+        """Node indices from the root's child down to ``node`` (empty for the root, -1)."""
+        out = []
+        while node >= 0:
+            out.append(node)
+            node = int(self.parents[node])
+        return out[::-1]
+
+
+def chain_tree(tokens) -> DraftTree:
+    """A chain: each draft token the only child of the one before."""
+    tokens = torch.as_tensor(tokens, dtype=torch.long).reshape(-1)
+    n = tokens.numel()
+    return DraftTree(tokens, torch.arange(n) - 1, torch.arange(1, n + 1))
+
+
+def sibling_tree(topk_ids: torch.Tensor, widths) -> DraftTree:
+    """A static shape read off one block pass: the top-1 chain down to ``len(widths)`` levels, and at
+    depth ``d`` ``widths[d-1] - 1`` more children of the chain node above (the next-ranked tokens of
+    position ``d``), which are leaves. ``topk_ids`` is [D, K] (ranks sorted); nodes: ``sum(widths)``."""
+    widths = [int(w) for w in widths]
+    if len(widths) > topk_ids.shape[0] or any(w < 1 or w > topk_ids.shape[1] for w in widths):
+        raise ValueError(f"widths {widths} need a top-k of at least {max(widths, default=1)} for {len(widths)} positions")
+    tokens, parents, depths = [], [], []
+    chain = -1
+    for d, w in enumerate(widths):
+        first = len(tokens)
+        for r in range(w):
+            tokens.append(int(topk_ids[d, r]))
+            parents.append(chain)
+            depths.append(d + 1)
+        chain = first  # the rank-0 node carries the chain on
+    return DraftTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long), torch.tensor(depths, dtype=torch.long))
+
+
+def best_first_tree(topk_ids: torch.Tensor, topk_probs: torch.Tensor, budget: int) -> DraftTree:
+    """The ``budget`` nodes of highest cumulative draft probability (EAGLE-2's selection rule).
+
+    A node at depth ``d`` with ranks ``(r_1, ..., r_d)`` scores ``prod_j topk_probs[j-1, r_j]`` and
+    holds ``topk_ids[d-1, r_d]``; a child never outscores its parent, so taking nodes best-first
+    keeps the tree closed under parents. ``topk_ids`` / ``topk_probs`` are [D, K], ranks sorted.
+    Ties break towards shallower, then lower-ranked nodes (deterministic)."""
+    depth, k = topk_ids.shape
+    probs = topk_probs.to(torch.float64).tolist()
+    ids = topk_ids.tolist()
+    heap = [(-probs[0][r], 1, r, -1) for r in range(k)]  # (-score, depth, rank, parent node)
+    heapq.heapify(heap)
+    tokens, parents, depths = [], [], []
+    while heap and len(tokens) < budget:
+        neg, d, r, parent = heapq.heappop(heap)
+        node = len(tokens)
+        tokens.append(ids[d - 1][r])
+        parents.append(parent)
+        depths.append(d)
+        if d < depth:
+            for r2 in range(k):
+                heapq.heappush(heap, (neg * probs[d][r2], d + 1, r2, node))
+    return DraftTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long), torch.tensor(depths, dtype=torch.long))
+
+
+def tree_attention_mask(tree: DraftTree) -> torch.Tensor:
+    """[1 + N, 1 + N] boolean: row/column 0 is the root (anchor), node ``i`` is row ``1 + i``;
+    each sees the root, its ancestors and itself (add the verified context, all visible, in front)."""
+    n = len(tree)
+    mask = torch.zeros(n + 1, n + 1, dtype=torch.bool)
+    mask[:, 0] = True
+    for i in range(n):
+        mask[1 + i, 1 + i] = True
+        p = int(tree.parents[i])
+        if p >= 0:
+            mask[1 + i] |= mask[1 + p]
+    return mask
+
+
+def tree_positions(tree: DraftTree, anchor_position: int) -> torch.Tensor:
+    """Position ids [1 + N] of ``[anchor] + nodes``: a node sits at the anchor's position plus its depth."""
+    return anchor_position + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])
+
+
+def accept_greedy(tree: DraftTree, target_tokens: torch.Tensor) -> tuple[list[int], int]:
+    """Walk the tree on the target's choices. ``target_tokens`` [1 + N]: the target's token after the
+    root and after each node (greedy: its argmax). Returns ``(accepted node indices, bonus token)``;
+    the committed tokens are the accepted nodes' tokens, then the bonus."""
+    return _walk(tree, lambda row: int(target_tokens[row]))
+
+
+def accept_sampled(tree: DraftTree, target_probs: torch.Tensor, generator: torch.Generator | None = None) -> tuple[list[int], int]:
+    """The point-mass rule per node: draw ``v ~ target_probs[row]`` at the root and at each accepted
+    node, move to the child holding ``v`` or commit ``v`` and stop. ``target_probs`` [1 + N, V] are
+    the target's (processed) distributions after the root and each node. Exact for any tree of
+    deterministic drafts: each committed token is the target's own draw."""
+    return _walk(tree, lambda row: int(torch.multinomial(target_probs[row].float(), 1, generator=generator)))
+
+
+def _walk(tree: DraftTree, draw) -> tuple[list[int], int]:
+    accepted, node = [], -1
+    while True:
+        v = draw(node + 1)
+        child = tree.children(node).get(v)
+        if child is None:
+            return accepted, v
+        accepted.append(child)
+        node = child

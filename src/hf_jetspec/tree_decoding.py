@@ -1,0 +1,193 @@
+"""Tree rounds: a verification loop of our own, behind the same ``generate`` seam as chain rounds.
+
+transformers' assisted loop verifies chains only. With ``drafting_config.tree`` set, the seam runs
+:func:`tree_decoding` instead: each round drafts one block (J0 and the Jacobi passes), reads a
+token tree off its per-position top-k (:mod:`hf_jetspec.tree`), verifies ``[anchor] + nodes`` in
+one target forward under a tree attention mask, walks the tree on the target's own choices
+(greedy argmax, or the point-mass rule when sampling), keeps in the target's cache only the rows
+of the accepted path, and feeds the drafter the hidden states of that path alone.
+
+What ``generate`` promises still holds: logits processors see each node's own prefix, stopping
+criteria (EOS and ``max_new_tokens`` included) are checked after every committed token, and a
+streamer receives each round's committed tokens.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .jacobi import initial_block_inputs, sample_noise_tokens
+from .stats import GenerationStats
+from .tree import DraftTree, accept_greedy, accept_sampled, best_first_tree, sibling_tree, tree_attention_mask, tree_positions
+
+
+def draft_topk(drafter, cache, anchor: torch.Tensor, context: torch.Tensor, gamma: int, start: int, passes: int, k: int, generator):
+    """One block (J0 and up to ``passes`` Jacobi passes) and the final pass's top-``k`` target ids and
+    probabilities per position ([gamma, k] each, on CPU)."""
+    noise = sample_noise_tokens(context, gamma - 1, generator)
+    inputs = initial_block_inputs(anchor, noise)
+    noise_mask = torch.arange(gamma, device=drafter.device) > 0 if drafter.config.block_inputs == "mask" else None
+    ids, logits = drafter.draft_block(cache, inputs, start, noise_mask, return_logits=True)
+    for _ in range(passes):
+        new_inputs = torch.cat([anchor, ids[:-1].to(anchor.device)])
+        if torch.equal(new_inputs, inputs):
+            break
+        inputs = new_inputs
+        ids, logits = drafter.draft_block(cache, inputs, start, return_logits=True)
+    probs, rows = torch.softmax(logits.float(), dim=-1).topk(min(k, logits.shape[-1]), dim=-1)
+    return drafter._to_target_ids(rows).cpu(), probs.cpu()
+
+
+def build_tree(options, topk_ids: torch.Tensor, topk_probs: torch.Tensor, max_depth: int) -> DraftTree:
+    """The round's tree: ``options.tree == "auto"``: best-first under ``budget - 1`` nodes; a list of
+    widths: :func:`~hf_jetspec.tree.sibling_tree`. Never deeper than ``max_depth``."""
+    topk_ids, topk_probs = topk_ids[:max_depth], topk_probs[:max_depth]
+    if options.tree == "auto":
+        return best_first_tree(topk_ids, topk_probs, options.budget - 1)
+    return sibling_tree(topk_ids, list(options.tree)[:max_depth])
+
+
+def verification_mask(tree: DraftTree, context_len: int, dtype: torch.dtype, device, boolean: bool) -> torch.Tensor:
+    """[1, 1, 1 + N, context_len + 1 + N] mask of a tree forward: all of the cached context, then the tree.
+    Boolean (True = attend) for SDPA-style kernels; additive (0 / dtype min) for eager attention."""
+    inner = tree_attention_mask(tree)
+    mask = torch.cat([torch.ones(inner.shape[0], context_len, dtype=torch.bool), inner], dim=1)[None, None].to(device)
+    if boolean:
+        return mask
+    return torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill(~mask, torch.finfo(dtype).min)
+
+
+def keep_cache_rows(cache, start: int, rows: list[int]) -> None:
+    """Keep, of the cache rows from ``start`` on, only ``rows`` (offsets from ``start``), in order."""
+    index = None
+    for layer in cache.layers:
+        if index is None or index.device != layer.keys.device:
+            index = torch.tensor(rows, dtype=torch.long, device=layer.keys.device) + start
+        layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys.index_select(2, index)], dim=2)
+        layer.values = torch.cat([layer.values[:, :, :start], layer.values.index_select(2, index)], dim=2)
+
+
+def _check_supported(target, cache, generation_config, input_ids, model_kwargs) -> None:
+    from transformers.cache_utils import DynamicLayer
+
+    if input_ids.shape[0] != 1:
+        raise ValueError("tree verification runs one sequence at a time (batch size 1)")
+    mask = model_kwargs.get("attention_mask")
+    if mask is not None and not bool(mask.all()):
+        raise ValueError("tree verification needs an unpadded prompt (attention_mask all ones)")
+    if generation_config.return_dict_in_generate and (
+        generation_config.output_scores or generation_config.output_logits or generation_config.output_attentions
+        or generation_config.output_hidden_states
+    ):
+        raise ValueError("tree verification returns sequences only: output_scores / output_logits / output_attentions / "
+                         "output_hidden_states are not supported with drafting_config.tree")
+    layers = getattr(cache, "layers", None)
+    if layers is None or any(type(layer) is not DynamicLayer for layer in layers):
+        raise ValueError(f"tree verification needs a dynamic full-attention cache; {type(target).__name__} uses "
+                         f"{sorted({type(layer).__name__ for layer in layers or []})}")
+
+
+def _forward(target, ids, positions, mask, cache, hidden_layers):
+    return target(input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True,
+                  output_hidden_states=hidden_layers)
+
+
+def _choose(logits, prefixes, logits_processor, do_sample):
+    """Process each row with its own prefix; greedy argmax or the processed probabilities."""
+    if len(logits_processor) > 0:
+        logits = torch.cat([logits_processor(p[None], logits[r : r + 1]) for r, p in enumerate(prefixes)])
+    if do_sample:
+        return None, torch.softmax(logits, dim=-1)
+    return logits.argmax(-1), None
+
+
+@torch.no_grad()
+def tree_decoding(target, input_ids, logits_processor, stopping_criteria, generation_config, streamer, drafter, model_kwargs):
+    """Generate with tree rounds; returns the sequences (or a ``GenerateDecoderOnlyOutput`` with them)."""
+    from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+    cache = model_kwargs.get("cache")
+    _check_supported(target, cache, generation_config, input_ids, model_kwargs)
+    drafter.attach_target(target)
+    options = drafter.drafting_config
+    stats = GenerationStats()
+    layer_ids = list(drafter.config.target_layer_ids)
+    hidden_layers = [i + 1 for i in layer_ids]
+    do_sample = bool(generation_config.do_sample)
+    boolean_mask = getattr(target.config, "_attn_implementation", "sdpa") != "eager"
+    generator = torch.Generator(device=drafter.device).manual_seed(options.seed)
+    dcache = drafter.new_cache()
+    device = input_ids.device
+    k = max(options.tree_top_k, max(options.tree) if isinstance(options.tree, (list, tuple)) else 1)
+
+    def states_of(out, rows):
+        return torch.cat([out.hidden_states[i][:, rows] for i in hidden_layers], dim=-1)
+
+    # prefill: the first token is the target's own step
+    t0 = time.perf_counter()
+    n = input_ids.shape[1]
+    out = _forward(target, input_ids, torch.arange(n, device=device)[None], None, cache, hidden_layers)
+    tokens, probs = _choose(out.logits[0, -1:].float(), [input_ids[0]], logits_processor, do_sample)
+    first = int(tokens[0]) if probs is None else int(torch.multinomial(probs[0], 1))
+    drafter.append_context(dcache, states_of(out, slice(0, n)), torch.arange(n))
+    stats.prefill_time_s += time.perf_counter() - t0
+    done = False
+    committed = [first]
+    while True:
+        input_ids, done = _commit(input_ids, committed, stopping_criteria, streamer)
+        if done:
+            break
+        cur = input_ids.shape[1]  # the anchor (last token) sits at position cur - 1, not yet in the target cache
+        t0 = time.perf_counter()
+        max_depth = min(options.budget - 1, generation_config.max_length - cur)
+        tree = DraftTree(*(torch.zeros(0, dtype=torch.long),) * 3)
+        anchor = input_ids[0, -1:].to(drafter.device)
+        if max_depth > 0:
+            topk_ids, topk_probs = draft_topk(drafter, dcache, anchor, input_ids[0, :-1].to(drafter.device), options.budget,
+                                              cur - 1, options.num_jacobi_passes, k, generator)
+            tree = build_tree(options, topk_ids, topk_probs, max_depth)
+            stats.drafter_runs += 1
+        t1 = time.perf_counter()
+        stats.draft_time_s += t1 - t0
+        ids = torch.cat([input_ids[0, -1:], tree.tokens.to(device)])[None]
+        mask = verification_mask(tree, cur - 1, target.dtype, device, boolean_mask)
+        out = _forward(target, ids, tree_positions(tree, cur - 1)[None].to(device), mask, cache, hidden_layers)
+        logits = out.logits[0].float()
+        prefixes = []
+        if len(logits_processor) > 0:  # each row is processed with its own prefix: the sequence, then the node's path
+            prefixes = [input_ids[0]] + [torch.cat([input_ids[0], tree.tokens[tree.path(i)].to(device)]) for i in range(len(tree))]
+        choice, probs = _choose(logits, prefixes, logits_processor, do_sample)
+        accepted, bonus = accept_greedy(tree, choice.cpu()) if probs is None else accept_sampled(tree, probs)
+        rows = [0] + [1 + i for i in accepted]
+        keep_cache_rows(cache, cur - 1, rows)
+        drafter.append_context(dcache, states_of(out, rows), torch.arange(cur - 1, cur - 1 + len(rows)))
+        committed = [int(tree.tokens[i]) for i in accepted] + [bonus]
+        stats.verify_time_s += time.perf_counter() - t1
+        stats.record_round(accepted=len(accepted), committed=len(committed), drafted=len(tree))
+        stats.record_tree_round(nodes=len(tree), depth=len(accepted), off_chain=any(_rank(tree, i) > 0 for i in accepted))
+    drafter.generation_stats = stats
+    if generation_config.return_dict_in_generate:
+        return GenerateDecoderOnlyOutput(sequences=input_ids, past_key_values=cache)
+    return input_ids
+
+
+def _rank(tree: DraftTree, node: int) -> int:
+    """Rank of ``node`` among its siblings (0: the first child, the drafter's top choice there)."""
+    return list(tree.children(int(tree.parents[node])).values()).index(node)
+
+
+def _commit(input_ids, tokens, stopping_criteria, streamer):
+    """Append ``tokens`` one at a time, stopping at the first token where a criterion fires."""
+    done = False
+    kept = []
+    for t in tokens:
+        kept.append(t)
+        input_ids = torch.cat([input_ids, torch.tensor([[t]], dtype=input_ids.dtype, device=input_ids.device)], dim=1)
+        if bool(stopping_criteria(input_ids, None).all()):
+            done = True
+            break
+    if streamer is not None and kept:
+        streamer.put(torch.tensor([kept], dtype=input_ids.dtype))
+    return input_ids, done

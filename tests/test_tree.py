@@ -1,0 +1,142 @@
+"""Token trees: construction, masks and positions on hand-checked cases; the tree walk's exactness
+against an enumerated law, and a wrong walk that the same test rejects."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from hf_jetspec.tree import (
+    DraftTree,
+    accept_greedy,
+    accept_sampled,
+    best_first_tree,
+    chain_tree,
+    sibling_tree,
+    tree_attention_mask,
+    tree_positions,
+)
+
+TOPK_IDS = torch.tensor([[10, 11, 12], [20, 21, 22], [30, 31, 32]])
+
+
+def test_chain_is_a_tree_with_one_child_per_node():
+    tree = chain_tree([5, 6, 7])
+    assert tree.parents.tolist() == [-1, 0, 1] and tree.depths.tolist() == [1, 2, 3]
+    assert torch.equal(tree_attention_mask(tree), torch.tril(torch.ones(4, 4, dtype=torch.bool)))
+    assert tree_positions(tree, 9).tolist() == [9, 10, 11, 12]
+
+
+def test_sibling_tree_by_hand():
+    tree = sibling_tree(TOPK_IDS, (3, 2, 1))
+    assert tree.tokens.tolist() == [10, 11, 12, 20, 21, 30]
+    assert tree.parents.tolist() == [-1, -1, -1, 0, 0, 3]
+    assert tree.depths.tolist() == [1, 1, 1, 2, 2, 3]
+    mask = tree_attention_mask(tree).int()
+    # rows: root, 10, 11, 12, 20 (under 10), 21 (under 10), 30 (under 20)
+    assert mask.tolist() == [
+        [1, 0, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0, 0],
+        [1, 0, 1, 0, 0, 0, 0],
+        [1, 0, 0, 1, 0, 0, 0],
+        [1, 1, 0, 0, 1, 0, 0],
+        [1, 1, 0, 0, 0, 1, 0],
+        [1, 1, 0, 0, 1, 0, 1],
+    ]
+    assert tree_positions(tree, 100).tolist() == [100, 101, 101, 101, 102, 102, 103]
+    assert tree.children(-1) == {10: 0, 11: 1, 12: 2} and tree.path(5) == [0, 3, 5]
+    with pytest.raises(ValueError, match="top-k"):
+        sibling_tree(TOPK_IDS, (4,))
+
+
+def test_best_first_tree_by_hand():
+    probs = torch.tensor([[0.6, 0.3, 0.1], [0.5, 0.4, 0.1], [0.9, 0.05, 0.05]])
+    # scores: 10: .6; 11: .3; 10>20: .30; 10>21: .24; 10>20>30: .27; 11>20: .15 ...
+    # best first: 10 (.6), 11 (.3, shallower than 10>20's .3), 10>20 (.3), 10>20>30 (.27), 10>21 (.24)
+    tree = best_first_tree(TOPK_IDS, probs, budget=5)
+    assert tree.tokens.tolist() == [10, 11, 20, 30, 21]
+    assert tree.parents.tolist() == [-1, -1, 0, 2, 0]
+    assert tree.depths.tolist() == [1, 1, 2, 3, 2]
+    assert len(best_first_tree(TOPK_IDS, probs, budget=100)) == 3 + 9 + 27  # every node of the full tree
+    chain = best_first_tree(TOPK_IDS, torch.tensor([[1.0, 0, 0], [1.0, 0, 0], [1.0, 0, 0]]), budget=3)
+    assert chain.tokens.tolist() == [10, 20, 30] and chain.parents.tolist() == [-1, 0, 1]
+
+
+def test_malformed_trees_are_refused():
+    with pytest.raises(ValueError, match="before"):
+        DraftTree(torch.tensor([1, 2]), torch.tensor([1, -1]), torch.tensor([2, 1]))
+    with pytest.raises(ValueError, match="twice"):
+        DraftTree(torch.tensor([1, 1]), torch.tensor([-1, -1]), torch.tensor([1, 1]))
+    with pytest.raises(ValueError, match="depth"):
+        DraftTree(torch.tensor([1, 2]), torch.tensor([-1, 0]), torch.tensor([1, 3]))
+
+
+def test_greedy_walk_follows_the_target_by_hand():
+    tree = sibling_tree(TOPK_IDS, (3, 2, 1))
+    # target after root: 10 (node 0); after node 0 (row 1): 21 (node 4); after node 4 (row 5): 99
+    target = torch.tensor([10, 21, 0, 0, 0, 99, 0])
+    assert accept_greedy(tree, target) == ([0, 4], 99)
+    assert accept_greedy(tree, torch.tensor([12, 0, 0, 7, 0, 0, 0])) == ([2], 7)
+    assert accept_greedy(tree, torch.tensor([13, 0, 0, 0, 0, 0, 0])) == ([], 13)
+
+
+# ---------------------------------------------------------------------------- sampling exactness
+VOCAB = 4
+LAW = torch.tensor([  # a Markov target: p(next | last token)
+    [0.10, 0.60, 0.20, 0.10],
+    [0.50, 0.05, 0.25, 0.20],
+    [0.30, 0.30, 0.30, 0.10],
+    [0.05, 0.15, 0.40, 0.40],
+])
+ROOT = 2
+LENGTH = 3
+
+
+def _round(tree, walk, generator):
+    """One tree round after ROOT, continued by plain sampling to LENGTH tokens."""
+    rows = [ROOT] + tree.tokens.tolist()
+    probs = LAW[torch.tensor(rows)]  # the target's law after the root and after each node
+    accepted, bonus = walk(tree, probs, generator)
+    seq = [int(tree.tokens[i]) for i in accepted] + [bonus]
+    while len(seq) < LENGTH:
+        seq.append(int(torch.multinomial(LAW[seq[-1]], 1, generator=generator)))
+    return tuple(seq[:LENGTH])
+
+
+def _wrong_walk(tree, probs, generator):
+    """Accepts the first child whenever the target's draw is any child: a sibling it did not draw."""
+    accepted, node = [], -1
+    while True:
+        v = int(torch.multinomial(probs[node + 1], 1, generator=generator))
+        kids = tree.children(node)
+        if v not in kids:
+            return accepted, v
+        node = next(iter(kids.values()))
+        accepted.append(node)
+
+
+@pytest.mark.parametrize("walk,exact", [(accept_sampled, True), (_wrong_walk, False)])
+def test_tree_walk_samples_the_targets_law(walk, exact):
+    topk = torch.tensor([[1, 2, 0], [0, 2, 3], [1, 3, 2]])
+    tree = best_first_tree(topk, torch.tensor([[0.5, 0.3, 0.2], [0.6, 0.3, 0.1], [0.5, 0.3, 0.2]]), budget=8)
+    assert tree.depth == 3 and any(len(tree.children(i)) > 1 for i in range(-1, len(tree)))
+    g = torch.Generator().manual_seed(0)
+    samples = 6000
+    counts = {}
+    for _ in range(samples):
+        seq = _round(tree, walk, g)
+        counts[seq] = counts.get(seq, 0) + 1
+    seqs = list(itertools.product(range(VOCAB), repeat=LENGTH))
+    law = []
+    for seq in seqs:
+        p, last = 1.0, ROOT
+        for t in seq:
+            p, last = p * float(LAW[last, t]), t
+        law.append(p)
+    observed = [counts.get(s, 0) for s in seqs]
+    expected = [p / sum(law) * samples for p in law]  # the law sums to 1 up to float rounding
+    pvalue = chisquare(observed, expected).pvalue
+    assert (pvalue > 1e-3) if exact else (pvalue < 1e-6)

@@ -1,0 +1,167 @@
+"""Tree rounds inside generate: token-exact greedy output (shapes, budgets, EOS inside a branch,
+stopping criteria, logits processors, max_new_tokens), the target's exact law when sampling, and a
+wrong tree verifier that the same test rejects."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+from helpers import tiny_llama
+from test_sampling_exactness import NEW, PROMPT, chi2_pvalue, empirical, exact_joint, sharp_drafter, small_target
+from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers.generation.logits_process import TemperatureLogitsWarper
+
+import hf_jetspec.tree_decoding as td
+from hf_jetspec import DraftingConfig, JetSpecDrafter
+
+SHAPES = ["auto", [3, 2, 1, 1], [1, 1, 1, 1, 1, 1, 1]]
+
+
+@contextlib.contextmanager
+def tree_options(drafter, **changes):
+    saved = drafter.drafting_config
+    drafter.drafting_config = saved.replace(**changes)
+    try:
+        yield drafter
+    finally:
+        drafter.drafting_config = saved
+
+
+def greedy_pair(target, drafter, prompt, **kwargs):
+    return target.generate(prompt, do_sample=False, **kwargs), target.generate(prompt, assistant_model=drafter, do_sample=False, **kwargs)
+
+
+def test_tree_option_is_validated():
+    assert DraftingConfig(tree="off").tree is None and DraftingConfig(tree=(2, 1)).tree == [2, 1]
+    with pytest.raises(ValueError, match="more than budget"):
+        DraftingConfig(tree=[4, 4], budget=8)
+    with pytest.raises(ValueError, match="widths"):
+        DraftingConfig(tree="wide")
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("budget", [8, 16])
+def test_tree_rounds_with_an_often_accepting_drafter_are_exact(trained_llama, shape, budget):
+    target, drafter, prompts = trained_llama
+    with tree_options(drafter, tree=shape, budget=budget, num_jacobi_passes=1):
+        for p in range(4):
+            ref, out = greedy_pair(target, drafter, prompts[p : p + 1], max_new_tokens=48)
+            assert torch.equal(ref, out)
+        stats = drafter.generation_stats
+        assert stats.tau > 1.5 and len(stats.tree_nodes) == stats.rounds  # drafts really were accepted
+        assert max(stats.tree_nodes) <= budget - 1
+
+
+@pytest.mark.parametrize("target_fixture", ["llama_target", "qwen_target"])
+@pytest.mark.parametrize("max_new_tokens", [1, 2, 7, 33])
+def test_random_drafter_tree_rounds_are_exact_for_any_length(request, target_fixture, max_new_tokens):
+    target = request.getfixturevalue(target_fixture)
+    torch.manual_seed(0)
+    drafter = JetSpecDrafter.for_target(target).eval()
+    with tree_options(drafter, tree="auto", budget=9, num_jacobi_passes=2):
+        prompt = torch.randint(0, 100, (1, 7), generator=torch.Generator().manual_seed(max_new_tokens))
+        ref, out = greedy_pair(target, drafter, prompt, max_new_tokens=max_new_tokens)
+        assert torch.equal(ref, out) and out.shape[1] == 7 + max_new_tokens
+
+
+def test_eos_inside_a_branch_and_stopping_criteria(trained_llama):
+    target, drafter, prompts = trained_llama
+
+    class EndsWith(StoppingCriteria):
+        def __init__(self, pair):
+            self.pair = torch.tensor(pair)
+
+        def __call__(self, input_ids, scores, **kwargs):
+            return (input_ids[:, -2:] == self.pair).all(-1)
+
+    with tree_options(drafter, tree="auto", budget=16, num_jacobi_passes=1):
+        for p in range(3):
+            prompt = prompts[p : p + 1]
+            free = target.generate(prompt, do_sample=False, max_new_tokens=40)[0, 8:]
+            eos = int(free[9])
+            ref, out = greedy_pair(target, drafter, prompt, max_new_tokens=40, eos_token_id=eos)
+            assert torch.equal(ref, out) and int(out[0, -1]) == eos
+            ref, out = greedy_pair(target, drafter, prompt, max_new_tokens=40, stopping_criteria=StoppingCriteriaList([EndsWith(free[12:14].tolist())]))
+            assert torch.equal(ref, out)
+        assert drafter.generation_stats.tau > 1.5  # tokens after the stop were in flight
+
+
+def test_logits_processors_see_each_nodes_own_prefix():
+    target = tiny_llama(seed=3)
+    drafter = JetSpecDrafter.for_target(target).eval()
+    prompt = torch.randint(0, 128, (1, 6), generator=torch.Generator().manual_seed(3))
+    with tree_options(drafter, tree=[3, 2, 1], budget=8):
+        ref, out = greedy_pair(target, drafter, prompt, max_new_tokens=40, repetition_penalty=1.3, no_repeat_ngram_size=3)
+        assert torch.equal(ref, out)
+
+
+def test_streamer_gets_every_token_once(trained_llama):
+    target, drafter, prompts = trained_llama
+
+    class Collect:
+        def __init__(self):
+            self.chunks = []
+
+        def put(self, value):
+            self.chunks.append(value.reshape(-1).tolist())
+
+        def end(self):
+            pass
+
+    streamer = Collect()
+    with tree_options(drafter, tree="auto", budget=16):
+        out = target.generate(prompts[:1], assistant_model=drafter, do_sample=False, max_new_tokens=30, streamer=streamer)
+    assert streamer.chunks[0] == prompts[0].tolist()
+    assert sum(streamer.chunks[1:], []) == out[0, 8:].tolist() and len(streamer.chunks) - 1 < 30
+
+
+def test_unsupported_outputs_are_refused(llama_target):
+    drafter = JetSpecDrafter.for_target(llama_target).eval()
+    with tree_options(drafter, tree="auto"), pytest.raises(ValueError, match="output_scores"):
+        llama_target.generate(torch.tensor([[1, 2, 3]]), assistant_model=drafter, do_sample=False, max_new_tokens=4,
+                              return_dict_in_generate=True, output_scores=True)
+
+
+# ---------------------------------------------------------------------------- sampling
+@pytest.fixture(scope="module")
+def vocab4_target():
+    return small_target()
+
+
+def _tree_drafter(target):
+    drafter = sharp_drafter(target)
+    drafter.drafting_config = drafter.drafting_config.replace(tree="auto", budget=4, tree_top_k=3)
+    return drafter
+
+
+def test_tree_sampling_matches_the_exact_law(vocab4_target):
+    drafter = _tree_drafter(vocab4_target)
+    law = exact_joint(vocab4_target, [TemperatureLogitsWarper(1.0)])
+    counts = empirical(vocab4_target, drafter, temperature=1.0, top_k=0)
+    stats = drafter.generation_stats
+    assert stats.rounds >= 1 and max(stats.tree_nodes) == 3
+    assert chi2_pvalue(law, counts) > 1e-3
+
+
+def test_a_tree_verifier_that_accepts_an_undrawn_sibling_is_detected(vocab4_target, monkeypatch):
+    def wrong(tree, probs, generator=None):
+        accepted, node = [], -1
+        while True:
+            v = int(torch.multinomial(probs[node + 1], 1))
+            kids = tree.children(node)
+            if v not in kids:
+                return accepted, v
+            node = next(iter(kids.values()))  # the first child, whichever token the target drew
+            accepted.append(node)
+
+    monkeypatch.setattr(td, "accept_sampled", wrong)
+    drafter = _tree_drafter(vocab4_target)
+    law = exact_joint(vocab4_target, [TemperatureLogitsWarper(1.0)])
+    counts = empirical(vocab4_target, drafter, temperature=1.0, top_k=0)
+    assert chi2_pvalue(law, counts) < 1e-3
+
+
+def test_the_vocab4_law_covers_the_committed_length():
+    assert NEW == 4 and PROMPT.shape == (1, 4)
