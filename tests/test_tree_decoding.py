@@ -165,3 +165,29 @@ def test_a_tree_verifier_that_accepts_an_undrawn_sibling_is_detected(vocab4_targ
 
 def test_the_vocab4_law_covers_the_committed_length():
     assert NEW == 4 and PROMPT.shape == (1, 4)
+
+
+@pytest.mark.slow
+def test_real_smollm2_tree_rounds_with_the_shipped_drafter_are_exact(smollm2):
+    from hf_jetspec.targets import load_drafter_for
+
+    model, tok = smollm2
+    drafter, _ = load_drafter_for(model, "smollm2-135m", None)
+    prompts = [
+        "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?",
+        "Write a Python function that checks whether a number is prime.",
+    ]
+    for shape, budget in (("auto", 8), ("auto", 16), ([4, 2, 2, 1, 1], 16)):
+        with tree_options(drafter, tree=shape, budget=budget):
+            for text in prompts:
+                enc = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
+                ref = model.generate(**enc, do_sample=False, max_new_tokens=48)
+                out = model.generate(**enc, assistant_model=drafter, do_sample=False, max_new_tokens=48)
+                assert torch.equal(ref, out), (shape, budget, text)
+            assert drafter.generation_stats.tau > 1.0
+    enc = tok.apply_chat_template([{"role": "user", "content": "Count from 1 to 30, separated by commas."}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    kwargs = dict(do_sample=False, max_new_tokens=60, stop_strings=["5. 5"], tokenizer=tok)
+    with tree_options(drafter, tree="auto", budget=16):
+        ref = model.generate(**enc, **kwargs)
+        out = model.generate(**enc, assistant_model=drafter, **kwargs)
+    assert torch.equal(ref, out) and tok.decode(out[0]).endswith("5. 5")

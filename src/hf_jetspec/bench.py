@@ -12,6 +12,7 @@ Methods:
     jetspec-length  policy with verify-length selection only (no n-gram proposals or seeding)
     jetspec-ngram   policy with n-gram proposals, drafter blocks not seeded by them
     jetspec-j0/j1/j2  the round policy with 0, 1 or 2 Jacobi passes (whatever ``--jacobi-passes`` says)
+    jetspec-tree    tree verification: the ``budget - 1`` best-first nodes of the drafter's top-k every round
     assisted        transformers' classic assistant model (the 0.5B model for Qwen2.5-Coder-1.5B)
     hf-dflash       transformers' own DFlash generation (``speculation_type="dflash"``) with the same
                     drafter's weights converted to ``MuseGlimmerAssistantModel`` (a DFlash-layout drafter)
@@ -42,6 +43,7 @@ JETSPEC_VARIANTS = {
     "jetspec-j0": {"policy": True, "num_jacobi_passes": 0},
     "jetspec-j1": {"policy": True, "num_jacobi_passes": 1},
     "jetspec-j2": {"policy": True, "num_jacobi_passes": 2},
+    "jetspec-tree": {"tree": "auto"},  # a best-first tree of budget - 1 nodes every round (its own loop, no policy)
 }
 METHODS = ("ar", "prompt-lookup", *JETSPEC_VARIANTS, "assisted", "hf-dflash")
 DEFAULT_ASSISTANTS = {"qwen2.5-coder-1.5b": "qwen2.5-coder-0.5b"}
@@ -75,6 +77,7 @@ class BenchConfig:
     policy: bool = True
     tie_margin_items: int = 4
     fp32_head: bool = False
+    tree: str | None = None  # drafting_config.tree of every jetspec method ("auto"; None: chains)
 
     def __post_init__(self):
         self.methods = tuple(self.methods)
@@ -279,6 +282,7 @@ def load_bench(config: BenchConfig) -> BenchSetup:
             "num_context_refreshes": config.context_refreshes,
             "pipeline": config.pipeline,
             "policy": config.policy,
+            "tree": config.tree,
         }
         drafter.drafting_config = drafter.drafting_config.replace(**{k: v for k, v in changes.items() if v is not None})
         for name in variants:
@@ -518,6 +522,11 @@ def summarise(config: BenchConfig, setup: BenchSetup, records: dict[str, MethodR
                 drafter_runs=st.drafter_runs,
                 cost_model=st.cost_model or None,
             )
+            if st.tree_nodes:
+                entry.update(
+                    nodes_per_round=sum(st.tree_nodes) / len(st.tree_nodes),
+                    off_chain_share=sum(off for _, off in st.tree_paths) / len(st.tree_paths),
+                )
         if numerics and name in numerics.get("methods", {}):
             entry.update(numerics["methods"][name])
         entry.update(setup.extra.get(name, {}))
