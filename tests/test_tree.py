@@ -65,6 +65,19 @@ def test_best_first_tree_by_hand():
     assert chain.tokens.tolist() == [10, 20, 30] and chain.parents.tolist() == [-1, 0, 1]
 
 
+def test_best_first_tree_with_redrafted_branches_by_hand():
+    probs = torch.tensor([[0.6, 0.3, 0.1], [0.5, 0.4, 0.1], [0.9, 0.05, 0.05]])
+    # under the rank-1 alternative (11) the re-drafted depth 2 is confident: 11>40 scores .3 * .9 = .27
+    b_ids = torch.tensor([[[40, 41, 42], [50, 51, 52]]])
+    b_probs = torch.tensor([[[0.9, 0.05, 0.05], [0.8, 0.1, 0.1]]])
+    tree = best_first_tree(TOPK_IDS, probs, budget=5, branches=(b_ids, b_probs))
+    # 10 (.6), 11 (.3), 10>20 (.3), then 11>40 and 10>20>30 tie at .27: the shallower first
+    assert tree.tokens.tolist() == [10, 11, 20, 40, 30]
+    assert tree.parents.tolist() == [-1, -1, 0, 1, 2]
+    deeper = best_first_tree(TOPK_IDS, probs, budget=7, branches=(b_ids, b_probs))
+    assert 50 in deeper.tokens.tolist() and 21 in deeper.tokens.tolist()  # 11>40>50 (.216) and 10>21 (.24)
+
+
 def test_malformed_trees_are_refused():
     with pytest.raises(ValueError, match="before"):
         DraftTree(torch.tensor([1, 2]), torch.tensor([1, -1]), torch.tensor([2, 1]))

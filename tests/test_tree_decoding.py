@@ -54,13 +54,23 @@ def test_tree_rounds_with_an_often_accepting_drafter_are_exact(trained_llama, sh
         assert max(stats.tree_nodes) <= budget - 1
 
 
+@pytest.mark.parametrize("budget", [8, 16])
+def test_redrafted_branches_are_exact(trained_llama, budget):
+    target, drafter, prompts = trained_llama
+    with tree_options(drafter, tree="auto", budget=budget, tree_branches=3, num_jacobi_passes=1):
+        for p in range(4):
+            ref, out = greedy_pair(target, drafter, prompts[p : p + 1], max_new_tokens=48)
+            assert torch.equal(ref, out)
+        assert drafter.generation_stats.tau > 1.5
+
+
 @pytest.mark.parametrize("target_fixture", ["llama_target", "qwen_target"])
 @pytest.mark.parametrize("max_new_tokens", [1, 2, 7, 33])
 def test_random_drafter_tree_rounds_are_exact_for_any_length(request, target_fixture, max_new_tokens):
     target = request.getfixturevalue(target_fixture)
     torch.manual_seed(0)
     drafter = JetSpecDrafter.for_target(target).eval()
-    with tree_options(drafter, tree="auto", budget=9, num_jacobi_passes=2):
+    with tree_options(drafter, tree="auto", budget=9, num_jacobi_passes=2, tree_branches=max_new_tokens % 3):
         prompt = torch.randint(0, 100, (1, 7), generator=torch.Generator().manual_seed(max_new_tokens))
         ref, out = greedy_pair(target, drafter, prompt, max_new_tokens=max_new_tokens)
         assert torch.equal(ref, out) and out.shape[1] == 7 + max_new_tokens
@@ -132,7 +142,7 @@ def vocab4_target():
 
 def _tree_drafter(target):
     drafter = sharp_drafter(target)
-    drafter.drafting_config = drafter.drafting_config.replace(tree="auto", budget=4, tree_top_k=3)
+    drafter.drafting_config = drafter.drafting_config.replace(tree="auto", budget=4, tree_top_k=3, tree_branches=1)
     return drafter
 
 

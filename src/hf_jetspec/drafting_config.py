@@ -66,6 +66,9 @@ class DraftingConfig:
             siblings at each depth; ``sum(widths) <= budget - 1`` nodes). Tree rounds run their own
             verification loop; the round policy and foresight do not apply to them.
         tree_top_k: candidates per position a tree may branch into (``"auto"``).
+        tree_branches: with ``tree="auto"``, re-draft what follows the first ``tree_branches``
+            depth-1 alternatives in one batched drafter pass, so that their subtrees hold the
+            drafter's predictions after those tokens rather than after the top-1 one (0: off).
     """
 
     budget: int = 16
@@ -87,6 +90,7 @@ class DraftingConfig:
     compile: bool = False
     tree: str | list[int] | None = None
     tree_top_k: int = 4
+    tree_branches: int = 0
 
     def __post_init__(self):
         self.validate()
@@ -116,6 +120,8 @@ class DraftingConfig:
                 raise ValueError(f"tree widths {self.tree} make {sum(self.tree)} nodes, more than budget - 1 = {self.budget - 1}")
         if not isinstance(self.tree_top_k, int) or self.tree_top_k < 1:
             raise ValueError(f"tree_top_k must be an int >= 1, got {self.tree_top_k!r}")
+        if not isinstance(self.tree_branches, int) or not 0 <= self.tree_branches < self.tree_top_k:
+            raise ValueError(f"tree_branches must be an int in 0..tree_top_k - 1 ({self.tree_top_k - 1}), got {self.tree_branches!r}")
         if self.pipeline not in PIPELINES:
             raise ValueError(f"pipeline must be one of {PIPELINES}, got {self.pipeline!r}")
 

@@ -95,28 +95,37 @@ def sibling_tree(topk_ids: torch.Tensor, widths) -> DraftTree:
     return DraftTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long), torch.tensor(depths, dtype=torch.long))
 
 
-def best_first_tree(topk_ids: torch.Tensor, topk_probs: torch.Tensor, budget: int) -> DraftTree:
+def best_first_tree(topk_ids: torch.Tensor, topk_probs: torch.Tensor, budget: int, branches=None) -> DraftTree:
     """The ``budget`` nodes of highest cumulative draft probability (EAGLE-2's selection rule).
 
     A node at depth ``d`` with ranks ``(r_1, ..., r_d)`` scores ``prod_j topk_probs[j-1, r_j]`` and
     holds ``topk_ids[d-1, r_d]``; a child never outscores its parent, so taking nodes best-first
     keeps the tree closed under parents. ``topk_ids`` / ``topk_probs`` are [D, K], ranks sorted.
-    Ties break towards shallower, then lower-ranked nodes (deterministic)."""
+    Ties break towards shallower, then lower-ranked nodes (deterministic).
+
+    ``branches = (ids, probs)``, each [B, D - 1, K]: the top-k of depths 2..D re-drafted after the
+    depth-1 alternatives of ranks 1..B (a drafter pass with that token in the block); nodes under
+    those alternatives take their candidates and probabilities from there instead of ``topk_*``."""
     depth, k = topk_ids.shape
-    probs = topk_probs.to(torch.float64).tolist()
-    ids = topk_ids.tolist()
-    heap = [(-probs[0][r], 1, r, -1) for r in range(k)]  # (-score, depth, rank, parent node)
+    tables = [(topk_ids.tolist(), topk_probs.to(torch.float64).tolist())]
+    if branches is not None:
+        b_ids, b_probs = branches
+        for b in range(b_ids.shape[0]):  # branch b + 1: depth 1 from the main pass, depths 2.. re-drafted
+            tables.append(([tables[0][0][0]] + b_ids[b].tolist(), [tables[0][1][0]] + b_probs[b].to(torch.float64).tolist()))
+    probs0 = tables[0][1]
+    heap = [(-probs0[0][r], 1, r, -1, r if r < len(tables) else 0) for r in range(k)]  # (-score, depth, rank, parent, table)
     heapq.heapify(heap)
     tokens, parents, depths = [], [], []
     while heap and len(tokens) < budget:
-        neg, d, r, parent = heapq.heappop(heap)
+        neg, d, r, parent, t = heapq.heappop(heap)
+        ids, probs = tables[t]
         node = len(tokens)
         tokens.append(ids[d - 1][r])
         parents.append(parent)
         depths.append(d)
         if d < depth:
             for r2 in range(k):
-                heapq.heappush(heap, (neg * probs[d][r2], d + 1, r2, node))
+                heapq.heappush(heap, (neg * probs[d][r2], d + 1, r2, node, t))
     return DraftTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long), torch.tensor(depths, dtype=torch.long))
 
 

@@ -37,15 +37,30 @@ def draft_topk(drafter, cache, anchor: torch.Tensor, context: torch.Tensor, gamm
         inputs = new_inputs
         ids, logits = drafter.draft_block(cache, inputs, start, return_logits=True)
     probs, rows = torch.softmax(logits.float(), dim=-1).topk(min(k, logits.shape[-1]), dim=-1)
+    return drafter._to_target_ids(rows).cpu(), probs.cpu(), ids
+
+
+def draft_branches(drafter, cache, anchor: torch.Tensor, draft: torch.Tensor, alternatives: torch.Tensor, start: int, k: int):
+    """Re-draft what follows each depth-1 alternative, as one batch of blocks: the anchor, the
+    alternative, then the main draft's continuation as inputs. Returns the top-``k`` target ids and
+    probabilities of depths 2.. under each alternative ([B, gamma - 1, k] each, on CPU)."""
+    gamma = draft.numel()
+    rest = draft[1 : gamma - 1].to(anchor.device)
+    inputs = torch.stack([torch.cat([anchor, alt.view(1).to(anchor.device), rest]) for alt in alternatives])
+    _, logits = drafter.draft_blocks(cache, inputs, torch.full((inputs.shape[0],), start))
+    probs, rows = torch.softmax(logits[:, 1:].float(), dim=-1).topk(min(k, logits.shape[-1]), dim=-1)
     return drafter._to_target_ids(rows).cpu(), probs.cpu()
 
 
-def build_tree(options, topk_ids: torch.Tensor, topk_probs: torch.Tensor, max_depth: int) -> DraftTree:
-    """The round's tree: ``options.tree == "auto"``: best-first under ``budget - 1`` nodes; a list of
-    widths: :func:`~hf_jetspec.tree.sibling_tree`. Never deeper than ``max_depth``."""
+def build_tree(options, topk_ids: torch.Tensor, topk_probs: torch.Tensor, max_depth: int, branches=None) -> DraftTree:
+    """The round's tree: ``options.tree == "auto"``: best-first under ``budget - 1`` nodes (with the
+    re-drafted ``branches`` where given); a list of widths: :func:`~hf_jetspec.tree.sibling_tree`.
+    Never deeper than ``max_depth``."""
     topk_ids, topk_probs = topk_ids[:max_depth], topk_probs[:max_depth]
     if options.tree == "auto":
-        return best_first_tree(topk_ids, topk_probs, options.budget - 1)
+        if branches is not None:
+            branches = (branches[0][:, : max_depth - 1], branches[1][:, : max_depth - 1])
+        return best_first_tree(topk_ids, topk_probs, options.budget - 1, branches)
     return sibling_tree(topk_ids, list(options.tree)[:max_depth])
 
 
@@ -145,9 +160,13 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
         tree = DraftTree(*(torch.zeros(0, dtype=torch.long),) * 3)
         anchor = input_ids[0, -1:].to(drafter.device)
         if max_depth > 0:
-            topk_ids, topk_probs = draft_topk(drafter, dcache, anchor, input_ids[0, :-1].to(drafter.device), options.budget,
-                                              cur - 1, options.num_jacobi_passes, k, generator)
-            tree = build_tree(options, topk_ids, topk_probs, max_depth)
+            topk_ids, topk_probs, draft = draft_topk(drafter, dcache, anchor, input_ids[0, :-1].to(drafter.device), options.budget,
+                                                     cur - 1, options.num_jacobi_passes, k, generator)
+            branches = None
+            if options.tree == "auto" and options.tree_branches and max_depth > 1:
+                alternatives = topk_ids[0, 1 : 1 + options.tree_branches]
+                branches = draft_branches(drafter, dcache, anchor, draft, alternatives, cur - 1, k)
+            tree = build_tree(options, topk_ids, topk_probs, max_depth, branches)
             stats.drafter_runs += 1
         t1 = time.perf_counter()
         stats.draft_time_s += t1 - t0
