@@ -32,9 +32,6 @@ _LAYER_PARAMS = (
     "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
     "input_layernorm.weight", "post_attention_layernorm.weight",
 )
-_LAYER_BIASES = ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias")
-# JetSpecDrafterConfig fields that are not part of the shared architecture (target bookkeeping)
-_TARGET_FIELDS = ("target_model_type", "target_vocab_size", "target_num_hidden_layers", "target_name_or_path")
 
 
 def checkpoint_format(config: dict) -> str:
@@ -77,31 +74,32 @@ def _require_dflash_layout(config: JetSpecDrafterConfig, fmt: str) -> None:
         )
 
 
-def _rename(state_dict: dict, top: dict, num_layers: int, biases: bool) -> dict:
-    """Rename a state dict by ``top`` (JetSpec key -> other key) and the shared layer names; every key must be used."""
+def _key_map(top: dict, num_layers: int) -> dict:
+    """JetSpecDrafter key -> the other format's key: ``top`` plus the layer names both share."""
     mapping = dict(top)
-    for i in range(num_layers):
-        for name in _LAYER_PARAMS + (_LAYER_BIASES if biases else ()):
-            mapping[f"layers.{i}.{name}"] = f"layers.{i}.{name}"
+    mapping.update({f"layers.{i}.{name}": f"layers.{i}.{name}" for i in range(num_layers) for name in _LAYER_PARAMS})
+    return mapping
+
+
+def _apply_key_map(state_dict: dict, mapping: dict, what: str) -> dict:
+    """Rename ``state_dict`` by ``mapping``; every mapped key must be present and nothing else."""
     missing = [k for k in mapping if k not in state_dict]
     extra = [k for k in state_dict if k not in mapping]
     if missing or extra:
-        raise ValueError(f"unexpected drafter weights: missing {missing[:6]}, unknown {extra[:6]}")
+        raise ValueError(f"{what} does not have the expected weights: missing {missing[:6]}, unknown {extra[:6]}")
     return {mapping[k]: v for k, v in state_dict.items()}
 
 
-def _reverse(state_dict: dict, top: dict, num_layers: int, biases: bool, fmt: str) -> dict:
+def _rename(state_dict: dict, top: dict, num_layers: int) -> dict:
+    """A JetSpecDrafter state dict in another format's key names."""
+    return _apply_key_map(state_dict, _key_map(top, num_layers), "this drafter")
+
+
+def _reverse(state_dict: dict, top: dict, num_layers: int, fmt: str) -> dict:
     """Inverse of :func:`_rename`: a checkpoint of another format -> JetSpecDrafter keys."""
-    mapping = {v: k for k, v in top.items()}
-    for i in range(num_layers):
-        for name in _LAYER_PARAMS + (_LAYER_BIASES if biases else ()):
-            mapping[f"layers.{i}.{name}"] = f"layers.{i}.{name}"
+    inverse = {v: k for k, v in _key_map(top, num_layers).items()}
     state_dict = {k: v for k, v in state_dict.items() if not k.endswith("rotary_emb.inv_freq")}
-    missing = [k for k in mapping if k not in state_dict]
-    extra = [k for k in state_dict if k not in mapping]
-    if missing or extra:
-        raise ValueError(f"this {fmt} checkpoint does not have the expected weights: missing {missing[:6]}, unknown {extra[:6]}")
-    return {mapping[k]: v for k, v in state_dict.items()}
+    return _apply_key_map(state_dict, inverse, f"this {fmt} checkpoint")
 
 
 def _rope_theta(config: dict, fmt: str) -> float:
@@ -180,7 +178,7 @@ def jetspec_to_muse_glimmer(state_dict: dict, config: JetSpecDrafterConfig) -> t
         eos_token_id=None,
         pad_token_id=None,
     )
-    return _rename(state_dict, _MUSE_GLIMMER_KEYS, config.num_hidden_layers, biases=False), mg_config
+    return _rename(state_dict, _MUSE_GLIMMER_KEYS, config.num_hidden_layers), mg_config
 
 
 def muse_glimmer_to_jetspec(state_dict: dict, mg_config: dict, target_fields: dict | None = None) -> tuple[dict, JetSpecDrafterConfig]:
@@ -210,7 +208,7 @@ def muse_glimmer_to_jetspec(state_dict: dict, mg_config: dict, target_fields: di
     )
     fields.update(target_fields or {})
     config = JetSpecDrafterConfig(**fields)
-    return _reverse(state_dict, _MUSE_GLIMMER_KEYS, config.num_hidden_layers, biases=False, fmt=fmt), config
+    return _reverse(state_dict, _MUSE_GLIMMER_KEYS, config.num_hidden_layers, fmt=fmt), config
 
 
 # ---------------------------------------------------------------------------- DFlash release layout
@@ -260,7 +258,7 @@ def dflash_to_jetspec(state_dict: dict, dflash_config: dict, target_fields: dict
     )
     fields.update(target_fields or {})
     config = JetSpecDrafterConfig(**fields)
-    return _reverse(state_dict, _DFLASH_KEYS, n, biases=False, fmt=fmt), config
+    return _reverse(state_dict, _DFLASH_KEYS, n, fmt=fmt), config
 
 
 def jetspec_to_dflash(state_dict: dict, config: JetSpecDrafterConfig) -> tuple[dict, dict]:
@@ -284,7 +282,7 @@ def jetspec_to_dflash(state_dict: dict, config: JetSpecDrafterConfig) -> tuple[d
         vocab_size=config.target_vocab_size,
         dflash_config={"mask_token_id": config.mask_token_id, "target_layer_ids": list(config.target_layer_ids)},
     )
-    return _rename(state_dict, _DFLASH_KEYS, config.num_hidden_layers, biases=False), dflash
+    return _rename(state_dict, _DFLASH_KEYS, config.num_hidden_layers), dflash
 
 
 def convert_to_jetspec(state_dict: dict, config: dict, target_fields: dict | None = None) -> tuple[dict, JetSpecDrafterConfig, str]:

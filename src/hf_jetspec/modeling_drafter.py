@@ -173,6 +173,8 @@ class JetSpecDrafter(PreTrainedModel):
         drafter can be restricted after training; drafts outside the set are simply never proposed
         (verification keeps the output exact either way).
         """
+        if self.config.target_vocab_size is None:
+            raise ValueError("this converted drafter does not know its target's vocabulary yet: attach_target(target) first")
         ids = torch.as_tensor(list(token_ids), dtype=torch.long).unique()
         if ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= self.config.target_vocab_size:
             raise ValueError(f"draft vocabulary ids must lie in 0..{self.config.target_vocab_size - 1}")

@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from .jacobi import initial_block_inputs, sample_noise_tokens
+from .jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
 from .stats import GenerationStats
 from .tree import DraftTree, accept_greedy, accept_sampled, best_first_tree, sibling_tree, tree_attention_mask, tree_positions
 
@@ -30,12 +30,14 @@ def draft_topk(drafter, cache, anchor: torch.Tensor, context: torch.Tensor, gamm
     inputs = initial_block_inputs(anchor, noise)
     noise_mask = torch.arange(gamma, device=drafter.device) > 0 if drafter.config.block_inputs == "mask" else None
     ids, logits = drafter.draft_block(cache, inputs, start, noise_mask, return_logits=True)
-    for _ in range(passes):
-        new_inputs = torch.cat([anchor, ids[:-1].to(anchor.device)])
-        if torch.equal(new_inputs, inputs):
-            break
-        inputs = new_inputs
-        ids, logits = drafter.draft_block(cache, inputs, start, return_logits=True)
+    last = {"logits": logits}
+
+    def draft_fn(block):  # a Jacobi pass that keeps its logits
+        new, last["logits"] = drafter.draft_block(cache, block, start, return_logits=True)
+        return new
+
+    ids, _ = jacobi_refine(draft_fn, anchor, ids, passes)
+    logits = last["logits"]
     probs, rows = torch.softmax(logits.float(), dim=-1).topk(min(k, logits.shape[-1]), dim=-1)
     return drafter._to_target_ids(rows).cpu(), probs.cpu(), ids
 
@@ -148,7 +150,6 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
     first = int(tokens[0]) if probs is None else int(torch.multinomial(probs[0], 1))
     drafter.append_context(dcache, states_of(out, slice(0, n)), torch.arange(n))
     stats.prefill_time_s += time.perf_counter() - t0
-    done = False
     committed = [first]
     while True:
         input_ids, done = _commit(input_ids, committed, stopping_criteria, streamer)
@@ -160,7 +161,7 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
         tree = DraftTree(*(torch.zeros(0, dtype=torch.long),) * 3)
         anchor = input_ids[0, -1:].to(drafter.device)
         if max_depth > 0:
-            topk_ids, topk_probs, draft = draft_topk(drafter, dcache, anchor, input_ids[0, :-1].to(drafter.device), options.budget,
+            topk_ids, topk_probs, draft = draft_topk(drafter, dcache, anchor, input_ids[0, :-1].to(drafter.device), options.budget - 1,
                                                      cur - 1, options.num_jacobi_passes, k, generator)
             branches = None
             if options.tree == "auto" and options.tree_branches and max_depth > 1:
