@@ -16,10 +16,13 @@ from hf_jetspec.policy import (
     OutputMemory,
     acceptance_features,
     best_candidate,
+    choose_tree_size,
     choose_verify_length,
     expected_committed,
+    expected_committed_tree,
     fit_acceptance,
     interpolate_monotone,
+    node_features,
     propose_ngram,
 )
 
@@ -28,6 +31,26 @@ from hf_jetspec.policy import (
 def test_expected_committed_by_hand():
     # E(0) = 1, E(1) = 1 + 0.5, E(2) = 1.5 + 0.5*0.5, E(3) = 1.75 + 0.25*0.2
     assert expected_committed([0.5, 0.5, 0.2]) == pytest.approx([1.0, 1.5, 1.75, 1.8])
+
+
+def test_tree_size_by_hand():
+    # E(n) = 1 + the path probabilities of the first n nodes: 1, 1.5, 1.9, 2.0
+    assert expected_committed_tree([0.5, 0.4, 0.1]) == pytest.approx([1.0, 1.5, 1.9, 2.0])
+    # rates 1/1, 1.5/1.1 = 1.36, 1.9/1.2 = 1.58, 2.0/1.3 = 1.54: two nodes
+    choice = choose_tree_size([0.5, 0.4, 0.1], [1.0, 1.1, 1.2, 1.3])
+    assert (choice.length, choice.expected_tokens) == (2, pytest.approx(1.9))
+    # a drafter pass of 0.5 s on top: 1.5/1.6, 1.9/1.7 = 1.12, 2.0/1.8 = 1.11: still two nodes
+    assert choose_tree_size([0.5, 0.4, 0.1], [1.0, 1.1, 1.2, 1.3], draft_cost=0.5).length == 2
+    assert choose_tree_size([0.05, 0.05], [1.0, 1.2, 1.2]).length == 0  # not worth a larger forward
+
+
+def test_node_features_mark_only_the_top1_candidate_agreed():
+    f = node_features(torch.tensor([[0.5, 0.25], [0.8, 0.1]]), torch.tensor([True, True]))
+    assert f.shape == (2, 2, 4)
+    assert f[:, :, 1].tolist() == [[1.0, 0.0], [1.0, 0.0]]
+    assert f[0, 1].tolist() == pytest.approx([math.log(0.25 / 0.75), 0.0, 0.0, 1.0])
+    assert f[1, 0, 2].item() == pytest.approx(math.log(2))  # depth 2
+    assert AcceptanceModel().accept_probs(f).flatten().tolist() == pytest.approx([0.5, 0.25, 0.8, 0.1])  # uncalibrated: raw
 
 
 def test_plain_step_wins_when_drafts_are_unlikely():

@@ -15,9 +15,11 @@ from hf_jetspec.tree import (
     accept_sampled,
     best_first_tree,
     chain_tree,
+    ranked_tree,
     sibling_tree,
     tree_attention_mask,
     tree_positions,
+    truncate_tree,
 )
 
 TOPK_IDS = torch.tensor([[10, 11, 12], [20, 21, 22], [30, 31, 32]])
@@ -76,6 +78,34 @@ def test_best_first_tree_with_redrafted_branches_by_hand():
     assert tree.parents.tolist() == [-1, -1, 0, 1, 2]
     deeper = best_first_tree(TOPK_IDS, probs, budget=7, branches=(b_ids, b_probs))
     assert 50 in deeper.tokens.tolist() and 21 in deeper.tokens.tolist()  # 11>40>50 (.216) and 10>21 (.24)
+
+
+def test_ranked_tree_grafts_an_ngram_chain_by_hand():
+    probs = torch.tensor([[0.6, 0.3, 0.1], [0.5, 0.4, 0.1], [0.9, 0.05, 0.05]])
+    # the chain 11 > 25 > 35 scores .8, .72, .36; the drafter's 11 (.3) then finds node 0 taken and
+    # grows its own candidates under it (11>20 at .15); 10 (.6), 10>20 (.3), 10>20>30 (.27) as before
+    ranked = ranked_tree(TOPK_IDS, probs, budget=6, chains=[([11, 25, 35], [0.8, 0.9, 0.5])])
+    assert ranked.tree.tokens.tolist() == [11, 25, 10, 35, 20, 30]
+    assert ranked.tree.parents.tolist() == [-1, 0, -1, 1, 2, 4]
+    assert ranked.scores == pytest.approx([0.8, 0.72, 0.6, 0.36, 0.3, 0.27])
+    assert ranked.chain_nodes == [[0, 1, 3]]
+    bigger = ranked_tree(TOPK_IDS, probs, budget=9, chains=[([11, 25, 35], [0.8, 0.9, 0.5])])
+    assert (0, 20) in set(zip(bigger.tree.parents.tolist(), bigger.tree.tokens.tolist()))  # 11>20 (.15) under the shared node
+    # a chain along the drafter's own candidates shares their nodes (10 and 10>20, both taken by the
+    # drafter first: 10 at .6 before the chain's .5, 10>20 at .3 before the chain's .25)
+    shared = ranked_tree(TOPK_IDS, probs, budget=3, chains=[([10, 20], [0.5, 0.5])])
+    assert shared.tree.tokens.tolist() == [10, 11, 20] and shared.chain_nodes == [[0, 2]]
+    assert best_first_tree(TOPK_IDS, probs, budget=5).tokens.tolist() == ranked_tree(TOPK_IDS, probs, budget=5).tree.tokens.tolist()
+
+
+def test_every_prefix_of_a_ranked_tree_is_a_tree():
+    gen = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(5, 4, generator=gen), -1).sort(-1, descending=True).values
+    ids = torch.arange(20).reshape(5, 4)
+    ranked = ranked_tree(ids, probs, budget=15, chains=[([0, 99, 98, 97], [0.7, 0.6, 0.5, 0.4])])
+    assert ranked.scores == sorted(ranked.scores, reverse=True)
+    for n in range(len(ranked.tree) + 1):
+        assert len(truncate_tree(ranked.tree, n)) == n  # DraftTree checks parents come first
 
 
 def test_malformed_trees_are_refused():

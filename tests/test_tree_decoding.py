@@ -41,11 +41,12 @@ def test_tree_option_is_validated():
         DraftingConfig(tree="wide")
 
 
+@pytest.mark.parametrize("policy", [False, True])
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("budget", [8, 16])
-def test_tree_rounds_with_an_often_accepting_drafter_are_exact(trained_llama, shape, budget):
+def test_tree_rounds_with_an_often_accepting_drafter_are_exact(trained_llama, shape, budget, policy):
     target, drafter, prompts = trained_llama
-    with tree_options(drafter, tree=shape, budget=budget, num_jacobi_passes=1):
+    with tree_options(drafter, tree=shape, budget=budget, num_jacobi_passes=1, policy=policy):
         for p in range(4):
             ref, out = greedy_pair(target, drafter, prompts[p : p + 1], max_new_tokens=48)
             assert torch.equal(ref, out)
@@ -54,10 +55,11 @@ def test_tree_rounds_with_an_often_accepting_drafter_are_exact(trained_llama, sh
         assert max(stats.tree_nodes) <= budget - 1
 
 
+@pytest.mark.parametrize("policy", [False, True])
 @pytest.mark.parametrize("budget", [8, 16])
-def test_redrafted_branches_are_exact(trained_llama, budget):
+def test_redrafted_branches_are_exact(trained_llama, budget, policy):
     target, drafter, prompts = trained_llama
-    with tree_options(drafter, tree="auto", budget=budget, tree_branches=3, num_jacobi_passes=1):
+    with tree_options(drafter, tree="auto", budget=budget, tree_branches=3, num_jacobi_passes=1, policy=policy):
         for p in range(4):
             ref, out = greedy_pair(target, drafter, prompts[p : p + 1], max_new_tokens=48)
             assert torch.equal(ref, out)
@@ -70,10 +72,26 @@ def test_random_drafter_tree_rounds_are_exact_for_any_length(request, target_fix
     target = request.getfixturevalue(target_fixture)
     torch.manual_seed(0)
     drafter = JetSpecDrafter.for_target(target).eval()
-    with tree_options(drafter, tree="auto", budget=9, num_jacobi_passes=2, tree_branches=max_new_tokens % 3):
+    with tree_options(drafter, tree="auto", budget=9, num_jacobi_passes=2, tree_branches=max_new_tokens % 3, policy=max_new_tokens % 2 == 1):
         prompt = torch.randint(0, 100, (1, 7), generator=torch.Generator().manual_seed(max_new_tokens))
         ref, out = greedy_pair(target, drafter, prompt, max_new_tokens=max_new_tokens)
         assert torch.equal(ref, out) and out.shape[1] == 7 + max_new_tokens
+
+
+def test_the_policy_grafts_ngram_branches_from_earlier_outputs(llama_target):
+    torch.manual_seed(0)
+    drafter = JetSpecDrafter.for_target(llama_target).eval()  # an untrained drafter: only the n-gram branch can be right
+    prompt = torch.randint(0, 100, (1, 7), generator=torch.Generator().manual_seed(5))
+    with tree_options(drafter, tree="auto", budget=9, policy=True, ngram_seed=False):
+        drafter.output_memory.clear()
+        ref, first = greedy_pair(llama_target, drafter, prompt, max_new_tokens=40)
+        assert torch.equal(ref, first)
+        again = llama_target.generate(prompt, assistant_model=drafter, do_sample=False, max_new_tokens=40)
+        stats = drafter.generation_stats
+    assert torch.equal(ref, again)
+    assert stats.tau > 3  # the second call's continuation comes from the first call's output
+    assert "ngram" in stats.round_sources or stats.drafter_runs > 0
+    assert len(stats.chosen_lengths) == stats.rounds and stats.cost_model["verify_ms"]
 
 
 def test_eos_inside_a_branch_and_stopping_criteria(trained_llama):
@@ -146,12 +164,14 @@ def _tree_drafter(target):
     return drafter
 
 
-def test_tree_sampling_matches_the_exact_law(vocab4_target):
+@pytest.mark.parametrize("policy", [False, True])
+def test_tree_sampling_matches_the_exact_law(vocab4_target, policy):
     drafter = _tree_drafter(vocab4_target)
+    drafter.drafting_config = drafter.drafting_config.replace(policy=policy)
     law = exact_joint(vocab4_target, [TemperatureLogitsWarper(1.0)])
     counts = empirical(vocab4_target, drafter, temperature=1.0, top_k=0)
     stats = drafter.generation_stats
-    assert stats.rounds >= 1 and max(stats.tree_nodes) == 3
+    assert stats.rounds >= 1 and (policy or max(stats.tree_nodes) == 3)
     assert chi2_pvalue(law, counts) > 1e-3
 
 
@@ -168,6 +188,7 @@ def test_a_tree_verifier_that_accepts_an_undrawn_sibling_is_detected(vocab4_targ
 
     monkeypatch.setattr(td, "accept_sampled", wrong)
     drafter = _tree_drafter(vocab4_target)
+    drafter.drafting_config = drafter.drafting_config.replace(policy=False)  # full trees every round
     law = exact_joint(vocab4_target, [TemperatureLogitsWarper(1.0)])
     counts = empirical(vocab4_target, drafter, temperature=1.0, top_k=0)
     assert chi2_pvalue(law, counts) < 1e-3
@@ -187,13 +208,13 @@ def test_real_smollm2_tree_rounds_with_the_shipped_drafter_are_exact(smollm2):
         "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?",
         "Write a Python function that checks whether a number is prime.",
     ]
-    for shape, budget in (("auto", 8), ("auto", 16), ([4, 2, 2, 1, 1], 16)):
-        with tree_options(drafter, tree=shape, budget=budget):
+    for shape, budget, policy in (("auto", 8, False), ("auto", 16, False), ("auto", 16, True), ([4, 2, 2, 1, 1], 16, False)):
+        with tree_options(drafter, tree=shape, budget=budget, policy=policy):
             for text in prompts:
                 enc = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
                 ref = model.generate(**enc, do_sample=False, max_new_tokens=48)
                 out = model.generate(**enc, assistant_model=drafter, do_sample=False, max_new_tokens=48)
-                assert torch.equal(ref, out), (shape, budget, text)
+                assert torch.equal(ref, out), (shape, budget, policy, text)
             assert drafter.generation_stats.tau > 1.0
     enc = tok.apply_chat_template([{"role": "user", "content": "Count from 1 to 30, separated by commas."}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
     kwargs = dict(do_sample=False, max_new_tokens=60, stop_strings=["5. 5"], tokenizer=tok)

@@ -14,6 +14,9 @@ Methods:
     jetspec-j0/j1/j2  the round policy with 0, 1 or 2 Jacobi passes (whatever ``--jacobi-passes`` says)
     jetspec-tree    tree verification: the ``budget - 1`` best-first nodes of the drafter's top-k every round
     jetspec-tree-branched  the same, with what follows the 3 best depth-1 alternatives re-drafted in one batch
+    jetspec-tree-policy    tree rounds under the round policy: drafting gated, the n-gram continuation grafted
+                    in as a branch, the node count (0: a plain step) chosen from the cost model
+    jetspec-tree-branched-policy  the same with the 3 re-drafted branches
     assisted        transformers' classic assistant model (the 0.5B model for Qwen2.5-Coder-1.5B)
     hf-dflash       transformers' own DFlash generation (``speculation_type="dflash"``) with the same
                     drafter's weights converted to ``MuseGlimmerAssistantModel`` (a DFlash-layout drafter)
@@ -44,8 +47,10 @@ JETSPEC_VARIANTS = {
     "jetspec-j0": {"policy": True, "num_jacobi_passes": 0},
     "jetspec-j1": {"policy": True, "num_jacobi_passes": 1},
     "jetspec-j2": {"policy": True, "num_jacobi_passes": 2},
-    "jetspec-tree": {"tree": "auto"},  # a best-first tree of budget - 1 nodes every round (its own loop, no policy)
-    "jetspec-tree-branched": {"tree": "auto", "tree_branches": 3},  # + the depth-1 alternatives' continuations re-drafted
+    "jetspec-tree": {"tree": "auto", "policy": False},  # a best-first tree of budget - 1 nodes every round (its own loop)
+    "jetspec-tree-branched": {"tree": "auto", "tree_branches": 3, "policy": False},  # + the depth-1 alternatives' continuations re-drafted
+    "jetspec-tree-policy": {"tree": "auto", "policy": True},  # the round policy: n-gram branch grafted, node count from the cost model
+    "jetspec-tree-branched-policy": {"tree": "auto", "tree_branches": 3, "policy": True},
 }
 METHODS = ("ar", "prompt-lookup", *JETSPEC_VARIANTS, "assisted", "hf-dflash")
 DEFAULT_ASSISTANTS = {"qwen2.5-coder-1.5b": "qwen2.5-coder-0.5b"}

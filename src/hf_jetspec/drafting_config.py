@@ -64,7 +64,11 @@ class DraftingConfig:
             chains), ``"auto"`` (the ``budget - 1`` nodes of highest cumulative draft probability,
             EAGLE-2 style) or a list of widths per depth (the top-1 chain with ``w - 1`` alternative
             siblings at each depth; ``sum(widths) <= budget - 1`` nodes). Tree rounds run their own
-            verification loop; the round policy and foresight do not apply to them.
+            verification loop. With ``policy`` and ``"auto"`` the drafter runs only when it is expected to pay,
+            the n-gram continuation is grafted into the tree as a branch of its own, and the node
+            count is the prefix of the best-first tree (nodes ranked by the calibrated estimate that
+            their path is accepted) with the most expected tokens per second; without it (or with a
+            static shape) every round verifies the full tree. Foresight does not apply to tree rounds.
         tree_top_k: candidates per position a tree may branch into (``"auto"``).
         tree_branches: with ``tree="auto"``, re-draft what follows the first ``tree_branches``
             depth-1 alternatives in one batched drafter pass, so that their subtrees hold the
@@ -118,6 +122,8 @@ class DraftingConfig:
                 raise ValueError(f"tree must be None, 'auto' or a list of widths >= 1 per depth, got {self.tree!r}")
             if sum(self.tree) > self.budget - 1:
                 raise ValueError(f"tree widths {self.tree} make {sum(self.tree)} nodes, more than budget - 1 = {self.budget - 1}")
+        if self.tree is not None and (self.needs_foresight_models or self.record_acceptance):
+            raise ValueError("tree rounds do not run foresight or record_acceptance (chain rounds only): set tree=None for them")
         if not isinstance(self.tree_top_k, int) or self.tree_top_k < 1:
             raise ValueError(f"tree_top_k must be an int >= 1, got {self.tree_top_k!r}")
         if not isinstance(self.tree_branches, int) or not 0 <= self.tree_branches < self.tree_top_k:

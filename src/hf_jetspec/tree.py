@@ -10,7 +10,9 @@ among the children of any node. The target verifies ``[anchor] + nodes`` in one 
 Trees are built from what one drafter pass gives, the per-position top-k of its block:
 :func:`sibling_tree` (a static shape: the top-1 chain with alternative siblings at chosen depths)
 and :func:`best_first_tree` (EAGLE-2-style: the ``budget`` nodes of highest cumulative draft
-probability, treating positions as independent as Medusa does).
+probability, treating positions as independent as Medusa does). :func:`ranked_tree` also grafts
+whole proposals (the round policy's n-gram continuation) into the same budget and returns each
+node's score, from which the policy picks how many nodes to verify.
 
 Sampling with a tree is exact by the point-mass rule (seed, Appendix F.3) applied at each node:
 draw the target's token ``v`` at the node; if ``v`` is one of the node's children, move there and
@@ -106,27 +108,87 @@ def best_first_tree(topk_ids: torch.Tensor, topk_probs: torch.Tensor, budget: in
     ``branches = (ids, probs)``, each [B, D - 1, K]: the top-k of depths 2..D re-drafted after the
     depth-1 alternatives of ranks 1..B (a drafter pass with that token in the block); nodes under
     those alternatives take their candidates and probabilities from there instead of ``topk_*``."""
+    return ranked_tree(topk_ids, topk_probs, budget, branches).tree
+
+
+@dataclass
+class RankedTree:
+    """A best-first tree with each node's score (the estimate that its whole path is accepted, non-
+    increasing in node order, so every prefix ``tree[:n]`` is a tree too) and, per grafted chain, the
+    nodes holding its first tokens (as many as made it into the tree, in chain order)."""
+
+    tree: DraftTree
+    scores: list[float]
+    chain_nodes: list[list[int]]
+
+
+def ranked_tree(topk_ids: torch.Tensor, topk_probs: torch.Tensor, budget: int, branches=None, chains=()) -> RankedTree:
+    """:func:`best_first_tree` that also returns the node scores and can graft whole chains in.
+
+    ``chains``: ``(tokens, probs)`` pairs, each a proposal that starts after the root (an n-gram
+    continuation) with the conditional acceptance estimate of each of its tokens; its ``i``-th token
+    scores ``prod_{j<=i} probs[j]`` and competes for the budget with the drafter's nodes. Where a
+    chain token and a drafter candidate are the same child of the same node they are one node (the
+    first to be taken), and the subtrees of both sources grow under it."""
     depth, k = topk_ids.shape
     tables = [(topk_ids.tolist(), topk_probs.to(torch.float64).tolist())]
     if branches is not None:
         b_ids, b_probs = branches
         for b in range(b_ids.shape[0]):  # branch b + 1: depth 1 from the main pass, depths 2.. re-drafted
             tables.append(([tables[0][0][0]] + b_ids[b].tolist(), [tables[0][1][0]] + b_probs[b].to(torch.float64).tolist()))
+    chains = [([int(t) for t in toks][:depth], [float(p) for p in probs]) for toks, probs in chains]
+    # heap entries: (-score, depth, rank, push order, parent, source, index); source 0: table ``index``
+    # (rank = the candidate's rank), source 1: chain ``index`` (rank k: after the drafter's ranks on ties)
+    heap, pushed = [], 0
+
+    def push(score, d, rank, parent, source, index):
+        nonlocal pushed
+        heapq.heappush(heap, (-score, d, rank, pushed, parent, source, index))
+        pushed += 1
+
     probs0 = tables[0][1]
-    heap = [(-probs0[0][r], 1, r, -1, r if r < len(tables) else 0) for r in range(k)]  # (-score, depth, rank, parent, table)
-    heapq.heapify(heap)
-    tokens, parents, depths = [], [], []
+    for r in range(k):
+        push(probs0[0][r], 1, r, -1, 0, r if r < len(tables) else 0)
+    for c, (toks, probs) in enumerate(chains):
+        if toks:
+            push(probs[0], 1, k, -1, 1, c)
+    tokens, parents, depths, scores = [], [], [], []
+    where: dict[tuple[int, int], int] = {}  # (parent, token) -> node
     while heap and len(tokens) < budget:
-        neg, d, r, parent, t = heapq.heappop(heap)
-        ids, probs = tables[t]
-        node = len(tokens)
-        tokens.append(ids[d - 1][r])
-        parents.append(parent)
-        depths.append(d)
-        if d < depth:
+        neg, d, r, _, parent, source, index = heapq.heappop(heap)
+        token = tables[index][0][d - 1][r] if source == 0 else chains[index][0][d - 1]
+        node = where.get((parent, token))
+        if node is None:  # a new node; else the other source already took this child
+            node = len(tokens)
+            where[(parent, token)] = node
+            tokens.append(token)
+            parents.append(parent)
+            depths.append(d)
+            scores.append(-neg)
+        if source == 0 and d < depth:
+            probs = tables[index][1]
             for r2 in range(k):
-                heapq.heappush(heap, (neg * probs[d][r2], d + 1, r2, node, t))
-    return DraftTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long), torch.tensor(depths, dtype=torch.long))
+                push(-neg * probs[d][r2], d + 1, r2, node, 0, index)
+        elif source == 1:
+            toks, probs = chains[index]
+            if d < len(toks):
+                push(-neg * probs[d], d + 1, k, node, 1, index)
+    chain_nodes = []
+    for toks, _ in chains:  # each chain's tokens as far as the tree holds them, whichever source took the node
+        nodes, parent = [], -1
+        for t in toks:
+            parent = where.get((parent, t))
+            if parent is None:
+                break
+            nodes.append(parent)
+        chain_nodes.append(nodes)
+    tree = DraftTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long), torch.tensor(depths, dtype=torch.long))
+    return RankedTree(tree, scores, chain_nodes)
+
+
+def truncate_tree(tree: DraftTree, n: int) -> DraftTree:
+    """The first ``n`` nodes (a tree whenever parents come before children, as they always do)."""
+    return DraftTree(tree.tokens[:n], tree.parents[:n], tree.depths[:n])
 
 
 def tree_attention_mask(tree: DraftTree) -> torch.Tensor:

@@ -5,7 +5,9 @@ transformers' assisted loop verifies chains only. With ``drafting_config.tree`` 
 token tree off its per-position top-k (:mod:`hf_jetspec.tree`), verifies ``[anchor] + nodes`` in
 one target forward under a tree attention mask, walks the tree on the target's own choices
 (greedy argmax, or the point-mass rule when sampling), keeps in the target's cache only the rows
-of the accepted path, and feeds the drafter the hidden states of that path alone.
+of the accepted path, and feeds the drafter the hidden states of that path alone. With
+``drafting_config.policy`` (the default) and ``tree="auto"``, a :class:`TreeRoundPolicy` decides each round whether to
+draft, grafts the n-gram continuation into the tree and picks the node count from the cost model.
 
 What ``generate`` promises still holds: logits processors see each node's own prefix, stopping
 criteria (EOS and ``max_new_tokens`` included) are checked after every committed token, and a
@@ -15,6 +17,7 @@ streamer receives each round's committed tokens.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -23,23 +26,41 @@ from .stats import GenerationStats
 from .tree import DraftTree, accept_greedy, accept_sampled, best_first_tree, sibling_tree, tree_attention_mask, tree_positions
 
 
-def draft_topk(drafter, cache, anchor: torch.Tensor, context: torch.Tensor, gamma: int, start: int, passes: int, k: int, generator):
-    """One block (J0 and up to ``passes`` Jacobi passes) and the final pass's top-``k`` target ids and
-    probabilities per position ([gamma, k] each, on CPU)."""
-    noise = sample_noise_tokens(context, gamma - 1, generator)
-    inputs = initial_block_inputs(anchor, noise)
-    noise_mask = torch.arange(gamma, device=drafter.device) > 0 if drafter.config.block_inputs == "mask" else None
-    ids, logits = drafter.draft_block(cache, inputs, start, noise_mask, return_logits=True)
-    last = {"logits": logits}
+@dataclass
+class TopkDraft:
+    """What one drafted block offers a tree: per position the final pass's top-``k`` target ids and
+    probabilities ([gamma, k] each, CPU), its argmax draft, whether each position kept the token it
+    held in that pass's inputs (``agreed`` [gamma], CPU) and the drafter passes run."""
 
-    def draft_fn(block):  # a Jacobi pass that keeps its logits
+    ids: torch.Tensor
+    probs: torch.Tensor
+    draft: torch.Tensor
+    agreed: torch.Tensor
+    passes: int
+
+
+def draft_topk(drafter, cache, anchor: torch.Tensor, context: torch.Tensor, gamma: int, start: int, passes: int, k: int, generator,
+               seed=()) -> TopkDraft:
+    """One block (J0, its inputs seeded with ``seed`` where given and noise after, then up to
+    ``passes`` Jacobi passes) and the final pass's top-``k``."""
+    seed = torch.tensor(list(seed)[: gamma - 1], dtype=anchor.dtype, device=anchor.device)
+    noise = sample_noise_tokens(context, gamma - 1 - seed.numel(), generator)
+    inputs = initial_block_inputs(anchor, torch.cat([seed, noise]))
+    noise_mask = torch.arange(gamma, device=drafter.device) > seed.numel() if drafter.config.block_inputs == "mask" else None
+    ids, logits = drafter.draft_block(cache, inputs, start, noise_mask, return_logits=True)
+    last = {"logits": logits, "inputs": inputs}
+
+    def draft_fn(block):  # a Jacobi pass that keeps its logits and inputs
         new, last["logits"] = drafter.draft_block(cache, block, start, return_logits=True)
+        last["inputs"] = block
         return new
 
-    ids, _ = jacobi_refine(draft_fn, anchor, ids, passes)
+    ids, run = jacobi_refine(draft_fn, anchor, ids, passes)
     logits = last["logits"]
     probs, rows = torch.softmax(logits.float(), dim=-1).topk(min(k, logits.shape[-1]), dim=-1)
-    return drafter._to_target_ids(rows).cpu(), probs.cpu(), ids
+    agreed = torch.zeros(gamma, dtype=torch.bool)
+    agreed[:-1] = (ids[:-1] == last["inputs"][1:]).cpu()
+    return TopkDraft(drafter._to_target_ids(rows).cpu(), probs.cpu(), ids, agreed, 1 + run)
 
 
 def draft_branches(drafter, cache, anchor: torch.Tensor, draft: torch.Tensor, alternatives: torch.Tensor, start: int, k: int):
@@ -55,7 +76,7 @@ def draft_branches(drafter, cache, anchor: torch.Tensor, draft: torch.Tensor, al
 
 
 def build_tree(options, topk_ids: torch.Tensor, topk_probs: torch.Tensor, max_depth: int, branches=None) -> DraftTree:
-    """The round's tree: ``options.tree == "auto"``: best-first under ``budget - 1`` nodes (with the
+    """The round's tree without the round policy: ``options.tree == "auto"``: best-first under ``budget - 1`` nodes (with the
     re-drafted ``branches`` where given); a list of widths: :func:`~hf_jetspec.tree.sibling_tree`.
     Never deeper than ``max_depth``."""
     topk_ids, topk_probs = topk_ids[:max_depth], topk_probs[:max_depth]
@@ -120,6 +141,89 @@ def _choose(logits, prefixes, logits_processor, do_sample):
     return logits.argmax(-1), None
 
 
+class TreeRoundPolicy:
+    """The round policy for tree rounds (``drafting_config.policy``): what to verify and how much.
+
+    Each round it looks up the n-gram continuation (the same sources as chain rounds), decides with
+    the :class:`~hf_jetspec.policy.DraftGate` whether the drafter is worth a pass, and if it runs,
+    builds one best-first tree from the drafter's candidates (their acceptance estimates through the
+    drafter's calibration) with the n-gram continuation grafted in as a branch of its own. The node
+    count ``n`` is the prefix of that tree with the most expected committed tokens per second under
+    the measured cost model (:func:`~hf_jetspec.policy.choose_tree_size`); ``n = 0`` is a plain
+    step. Without a drafter pass the round verifies the n-gram chain (or nothing) as chain rounds do.
+    """
+
+    def __init__(self, target, drafter, options):
+        from .policy import CostModel, DraftGate, NgramIndex, cost_profile_for
+
+        self.options = options
+        self.drafter = drafter
+        sizes, seconds = cost_profile_for(target, options.budget)
+        self.cost = CostModel(sizes, seconds)
+        self.gate = DraftGate()
+        self.index = NgramIndex(max_ngram=options.max_ngram)
+        self.memory = drafter.output_memory if options.output_memory else None
+        self.acceptance = drafter.acceptance_model
+        self._proposal = None
+        self._ngram_nodes: list[int] = []
+
+    def plan(self, input_ids, max_depth: int, draft):
+        """This round's tree and its source (``"plain"``, ``"ngram"`` or ``"drafter"``).
+
+        ``draft(seed)`` drafts the block (seeded with an n-gram continuation, or not) and returns
+        ``(TopkDraft, branches or None, passes)``."""
+        from .policy import choose_tree_size, choose_verify_length, node_features, propose_ngram
+        from .tree import chain_tree, ranked_tree, truncate_tree
+
+        opts = self.options
+        self.index.extend(input_ids[0, len(self.index.tokens) :].tolist())
+        costs = self.cost.verify_costs(opts.budget - 1)
+        proposal = propose_ngram(self.index, self.memory, max_depth) if max_depth > 0 and (opts.ngram or opts.ngram_seed) else None
+        chain, free = [], choose_verify_length([], costs)
+        if proposal is not None and opts.ngram:
+            probs = self.drafter.output_memory.accept_probs(proposal)
+            chain = [(proposal.tokens, probs)]
+            free = choose_verify_length(probs, costs)
+        self._proposal, self._ngram_nodes = proposal, []
+        if max_depth > 0 and self.gate.should_draft(free.rate):
+            t0 = time.perf_counter()
+            seed = proposal.tokens if (proposal is not None and opts.ngram_seed) else []
+            topk, branches, passes = draft(seed)
+            self.cost.observe_draft(passes, time.perf_counter() - t0)
+            table = self.acceptance.accept_probs(node_features(topk.probs, topk.agreed))
+            if branches is not None:  # re-drafted subtrees: their own probabilities, never "agreed"
+                b_ids, b_probs = branches
+                flat = b_probs.reshape(-1, b_probs.shape[-1])
+                b_table = self.acceptance.accept_probs(node_features(flat, torch.zeros(flat.shape[0], dtype=torch.bool)))
+                branches = (b_ids, b_table.reshape(b_probs.shape))
+            ranked = ranked_tree(topk.ids[:max_depth], table[:max_depth], opts.budget - 1,
+                                 None if branches is None else (branches[0][:, : max_depth - 1], branches[1][:, : max_depth - 1]), chain)
+            choice = choose_tree_size(ranked.scores, costs)
+            value = choose_tree_size(ranked.scores, costs, draft_cost=self.cost.draft_cost(passes)).rate
+            self.gate.observe(value, free.rate)
+            if chain:
+                self._ngram_nodes = [i for i in ranked.chain_nodes[0] if i < choice.length]
+            return truncate_tree(ranked.tree, choice.length), "drafter"
+        if max_depth > 0:
+            self.gate.skipped()
+        if free.length == 0:
+            return truncate_tree(chain_tree([]), 0), "plain"
+        self._ngram_nodes = list(range(free.length))
+        return chain_tree(proposal.tokens[: free.length]), "ngram"
+
+    def observe(self, nodes: int, accepted: list[int], seconds: float) -> None:
+        """The round verified ``nodes`` nodes in ``seconds`` and accepted the path ``accepted``."""
+        self.cost.observe_verify(nodes + 1, seconds)
+        if self._proposal is not None and self._ngram_nodes:
+            hits = len(set(accepted) & set(self._ngram_nodes))
+            self.drafter.output_memory.observe(self._proposal, verified=len(self._ngram_nodes), accepted=hits)
+
+    def close(self, sequence: torch.Tensor, stats: GenerationStats) -> None:
+        if self.memory is not None:
+            self.memory.add_sequence(sequence.tolist())
+        stats.cost_model = self.cost.summary(self.options.budget - 1)
+
+
 @torch.no_grad()
 def tree_decoding(target, input_ids, logits_processor, stopping_criteria, generation_config, streamer, drafter, model_kwargs):
     """Generate with tree rounds; returns the sequences (or a ``GenerateDecoderOnlyOutput`` with them)."""
@@ -138,9 +242,16 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
     dcache = drafter.new_cache()
     device = input_ids.device
     k = max(options.tree_top_k, max(options.tree) if isinstance(options.tree, (list, tuple)) else 1)
+    policy = TreeRoundPolicy(target, drafter, options) if options.policy and options.tree == "auto" else None  # static shapes stay static
+    pending = []  # verified states the drafter cache has not taken yet (with the policy, it takes them when it drafts)
 
     def states_of(out, rows):
         return torch.cat([out.hidden_states[i][:, rows] for i in hidden_layers], dim=-1)
+
+    def flush():
+        if pending:
+            drafter.append_context(dcache, torch.cat([st for st, _ in pending], dim=1), torch.cat([pos for _, pos in pending]))
+            pending.clear()
 
     # prefill: the first token is the target's own step
     t0 = time.perf_counter()
@@ -148,7 +259,9 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
     out = _forward(target, input_ids, torch.arange(n, device=device)[None], None, cache, hidden_layers)
     tokens, probs = _choose(out.logits[0, -1:].float(), [input_ids[0]], logits_processor, do_sample)
     first = int(tokens[0]) if probs is None else int(torch.multinomial(probs[0], 1))
-    drafter.append_context(dcache, states_of(out, slice(0, n)), torch.arange(n))
+    pending.append((states_of(out, slice(0, n)), torch.arange(n)))
+    if policy is None:
+        flush()
     stats.prefill_time_s += time.perf_counter() - t0
     committed = [first]
     while True:
@@ -158,17 +271,30 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
         cur = input_ids.shape[1]  # the anchor (last token) sits at position cur - 1, not yet in the target cache
         t0 = time.perf_counter()
         max_depth = min(options.budget - 1, generation_config.max_length - cur)
-        tree = DraftTree(*(torch.zeros(0, dtype=torch.long),) * 3)
         anchor = input_ids[0, -1:].to(drafter.device)
-        if max_depth > 0:
-            topk_ids, topk_probs, draft = draft_topk(drafter, dcache, anchor, input_ids[0, :-1].to(drafter.device), options.budget - 1,
-                                                     cur - 1, options.num_jacobi_passes, k, generator)
-            branches = None
+
+        def draft(seed=()):
+            flush()
+            topk = draft_topk(drafter, dcache, anchor, input_ids[0, :-1].to(drafter.device), options.budget - 1,
+                              cur - 1, options.num_jacobi_passes, k, generator, seed)
+            branches, passes = None, topk.passes
             if options.tree == "auto" and options.tree_branches and max_depth > 1:
-                alternatives = topk_ids[0, 1 : 1 + options.tree_branches]
-                branches = draft_branches(drafter, dcache, anchor, draft, alternatives, cur - 1, k)
-            tree = build_tree(options, topk_ids, topk_probs, max_depth, branches)
+                alternatives = topk.ids[0, 1 : 1 + options.tree_branches]
+                branches = draft_branches(drafter, dcache, anchor, topk.draft, alternatives, cur - 1, k)
+                passes += 1
             stats.drafter_runs += 1
+            stats.seeded_drafter_runs += int(len(seed) > 0)
+            return topk, branches, passes
+
+        if policy is not None:
+            tree, source = policy.plan(input_ids, max_depth, draft)
+            stats.round_sources.append(source)
+            stats.chosen_lengths.append(len(tree))
+        elif max_depth > 0:
+            topk, branches, _ = draft()
+            tree = build_tree(options, topk.ids, topk.probs, max_depth, branches)
+        else:
+            tree = DraftTree(*(torch.zeros(0, dtype=torch.long),) * 3)
         t1 = time.perf_counter()
         stats.draft_time_s += t1 - t0
         ids = torch.cat([input_ids[0, -1:], tree.tokens.to(device)])[None]
@@ -182,11 +308,18 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
         accepted, bonus = accept_greedy(tree, choice.cpu()) if probs is None else accept_sampled(tree, probs)
         rows = [0] + [1 + i for i in accepted]
         keep_cache_rows(cache, cur - 1, rows)
-        drafter.append_context(dcache, states_of(out, rows), torch.arange(cur - 1, cur - 1 + len(rows)))
+        pending.append((states_of(out, rows), torch.arange(cur - 1, cur - 1 + len(rows))))
+        if policy is None:
+            flush()
         committed = [int(tree.tokens[i]) for i in accepted] + [bonus]
-        stats.verify_time_s += time.perf_counter() - t1
+        elapsed = time.perf_counter() - t1
+        stats.verify_time_s += elapsed
+        if policy is not None:
+            policy.observe(len(tree), accepted, elapsed)
         stats.record_round(accepted=len(accepted), committed=len(committed), drafted=len(tree))
         stats.record_tree_round(nodes=len(tree), depth=len(accepted), off_chain=any(_rank(tree, i) > 0 for i in accepted))
+    if policy is not None:
+        policy.close(input_ids[0], stats)
     drafter.generation_stats = stats
     if generation_config.return_dict_in_generate:
         return GenerateDecoderOnlyOutput(sequences=input_ids, past_key_values=cache)

@@ -1,10 +1,10 @@
 """The round policy: cost model, acceptance estimates, verify-length selection and free n-gram drafts."""
 
-from .acceptance import ACCEPTANCE_CALIBRATION_NAME, AcceptanceModel, AcceptanceRecord, acceptance_features, fit_acceptance
+from .acceptance import ACCEPTANCE_CALIBRATION_NAME, AcceptanceModel, AcceptanceRecord, acceptance_features, fit_acceptance, node_features
 from .cost_model import CostModel, cost_profile_for, interpolate_monotone, profile_forward_cost
 from .ngram import NgramIndex, NgramProposal, OutputMemory, propose_ngram
 from .round_policy import Candidate, DraftGate, RoundChoice, best_candidate
-from .verify_length import VerifyChoice, choose_verify_length, expected_committed
+from .verify_length import VerifyChoice, choose_tree_size, choose_verify_length, expected_committed, expected_committed_tree
 
 __all__ = [
     "ACCEPTANCE_CALIBRATION_NAME",
@@ -20,11 +20,14 @@ __all__ = [
     "VerifyChoice",
     "acceptance_features",
     "best_candidate",
+    "choose_tree_size",
     "choose_verify_length",
     "cost_profile_for",
     "expected_committed",
+    "expected_committed_tree",
     "fit_acceptance",
     "interpolate_monotone",
+    "node_features",
     "profile_forward_cost",
     "propose_ngram",
 ]

@@ -34,6 +34,16 @@ def acceptance_features(top1_prob: torch.Tensor, agreed: torch.Tensor) -> torch.
     return torch.stack([torch.log(p) - torch.log1p(-p), agreed.float(), log_pos, torch.ones_like(p)], dim=-1)
 
 
+def node_features(topk_probs: torch.Tensor, agreed: torch.Tensor) -> torch.Tensor:
+    """Features [D, K, 4] of every tree candidate: rank ``r`` at depth ``d`` (1-based) scores with its
+    own draft probability ``topk_probs[d-1, r]``, at depth ``d``; only the top-1 candidate can have
+    ``agreed`` (``agreed[d-1]``: the final pass kept the token the position held before it)."""
+    depth, k = topk_probs.shape
+    flags = torch.zeros(k, depth, dtype=torch.bool)
+    flags[0] = agreed.reshape(-1).cpu().bool()
+    return acceptance_features(topk_probs.float().cpu().T, flags).transpose(0, 1)
+
+
 @dataclass
 class AcceptanceModel:
     """Calibrated conditional acceptance probabilities of drafted positions."""

@@ -10,6 +10,9 @@ and the round costs ``c(L) = v(L + 1) + d`` (a verification forward of ``L + 1``
 drafting cost ``d`` when ``L > 0`` and the draft is not yet paid for). The policy verifies the
 ``L`` that maximises committed tokens per second, ``E(L) / c(L)``. ``L = 0`` is always an option, so
 when no draft is worth its cost the round is plain decoding.
+
+A tree of ``n`` nodes is priced the same way (:func:`choose_tree_size`): a forward of ``n + 1``
+tokens, and ``E(n) = 1 + sum_i P(node i's path is accepted)``.
 """
 
 from __future__ import annotations
@@ -48,9 +51,29 @@ def choose_verify_length(accept_probs: Sequence[float], verify_costs: Sequence[f
     ``verify_costs[0]`` is a plain step); ``draft_cost`` is added to every ``L > 0``. Ties go to
     the shorter ``L``.
     """
+    return best_rate(expected_committed(accept_probs), verify_costs, draft_cost)
+
+
+def expected_committed_tree(path_probs: Sequence[float]) -> list[float]:
+    """``[E(0), ..., E(n)]`` for a tree verified up to its first ``n`` nodes, where ``path_probs[i]``
+    is the probability that node ``i``'s whole path is accepted: each accepted node commits a token,
+    so ``E(n) = 1 + sum_{i<n} path_probs[i]`` (the bonus token is always committed)."""
+    out = [1.0]
+    for p in path_probs:
+        out.append(out[-1] + min(max(float(p), 0.0), 1.0))
+    return out
+
+
+def choose_tree_size(path_probs: Sequence[float], verify_costs: Sequence[float], draft_cost: float = 0.0) -> VerifyChoice:
+    """The node count ``n`` (a prefix of a best-first tree) with the most expected committed tokens
+    per second; ``verify_costs[n]`` prices a forward of ``n + 1`` tokens, as for chains."""
+    return best_rate(expected_committed_tree(path_probs), verify_costs, draft_cost)
+
+
+def best_rate(expected: Sequence[float], verify_costs: Sequence[float], draft_cost: float = 0.0) -> VerifyChoice:
+    """The ``L`` maximising ``expected[L] / (verify_costs[L] + draft_cost [L > 0])``; ties to the shorter."""
     if not verify_costs:
         raise ValueError("verify_costs needs at least the cost of a plain step (L = 0)")
-    expected = expected_committed(accept_probs)
     best = VerifyChoice(0, 1.0, float(verify_costs[0]))
     for length in range(1, min(len(expected), len(verify_costs))):
         choice = VerifyChoice(length, expected[length], float(verify_costs[length]) + draft_cost)
