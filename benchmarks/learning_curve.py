@@ -3,8 +3,9 @@
     python benchmarks/learning_curve.py --checkpoints runs/smollm2-corpus-jacobi --steps 100,200,300,400 \
         --prompts gsm8k --limit 6 --offset 200 --max-new-tokens 128 --output benchmarks/results/learning_curve.json
 
-tau needs no timing, so this can run on a busy machine; tokens seen per step come from the run's
-training arguments (batch size x sequence length).
+tau needs no timing, so this can run on a busy machine. tau is the drafter's alone: a full block
+every round, the round policy off. ``--tokens-per-step`` (batch size x mean sequence length of the
+run) adds the tokens seen; ``--append`` merges a new stint's checkpoints into an existing curve.
 """
 
 from __future__ import annotations
@@ -32,10 +33,15 @@ def main() -> None:
     ap.add_argument("--jacobi-passes", default="0,1")
     ap.add_argument("--budget", type=int, default=16)
     ap.add_argument("--steps", default=None, help="comma list of checkpoint steps to evaluate (default: all)")
+    ap.add_argument("--dtype", default="float32", choices=["auto", "bfloat16", "float32"], help="the target's dtype")
+    ap.add_argument("--tokens-per-step", type=float, default=None,
+                    help="training tokens per optimizer step (batch size x mean sequence length): adds tokens_seen to each row")
+    ap.add_argument("--append", action="store_true",
+                    help="merge into an existing --output: rows of other checkpoints are kept, a re-measured checkpoint is replaced")
     ap.add_argument("--output", required=True)
     args = ap.parse_args()
 
-    target, tok = load_target(args.target)
+    target, tok = load_target(args.target, dtype=args.dtype)
     items = build_items(tok, target, load_eval_prompts(args.prompts, limit=args.limit, offset=args.offset), args.max_new_tokens)
     refs: dict = {}
     rows = []
@@ -47,14 +53,25 @@ def main() -> None:
         step = int(re.findall(r"\d+", folder.name)[-1])
         drafter = JetSpecDrafter.from_pretrained(str(folder), dtype=torch.float32).eval()
         row = {"step": step, "checkpoint": str(folder)}
+        if args.tokens_per_step:
+            row["tokens_seen"] = int(step * args.tokens_per_step)
         for j in [int(x) for x in args.jacobi_passes.split(",")]:
-            r = acceptance_on_items(target, drafter, items, args.max_new_tokens, refs, num_jacobi_passes=j, budget=args.budget)
+            # the drafter alone: full blocks every round (no round policy, no n-gram proposals)
+            r = acceptance_on_items(target, drafter, items, args.max_new_tokens, refs, num_jacobi_passes=j, budget=args.budget, policy=False)
             row[f"tau_J{j}"] = r["tau"]
             row[f"exact_J{j}"] = r["exact"]
         rows.append(row)
         print(row, flush=True)
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps({"config": vars(args), "curve": rows}, indent=2) + "\n")
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stints = [vars(args)]
+    if args.append and out.is_file():
+        old = json.loads(out.read_text())
+        mine = {r["checkpoint"] for r in rows}
+        rows = [r for r in old["curve"] if r["checkpoint"] not in mine] + rows
+        stints = old.get("stints", [old["config"]]) + stints
+    rows.sort(key=lambda r: (r.get("tokens_seen", 0), r["step"], r["checkpoint"]))
+    out.write_text(json.dumps({"config": vars(args), "stints": stints, "curve": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

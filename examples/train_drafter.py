@@ -24,6 +24,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from hf_jetspec import JetSpecDrafter, load_target
 from hf_jetspec.data import frequent_response_tokens
 from hf_jetspec.training import FeatureCacheCollator, FeatureCacheDataset, JetSpecTrainer, JetSpecTrainingArguments
+from hf_jetspec.training.feature_cache import frequent_cached_tokens
 from hf_jetspec.training.corpus import CorpusCollator, load_training_corpus
 from hf_jetspec.training.lora import lora_drafter, merged_drafter
 
@@ -36,6 +37,10 @@ def main() -> None:
     ap.add_argument("--inputs", default="jacobi", choices=["jacobi", "noised", "mask"], help="'mask' = noised blocks with mask inputs")
     ap.add_argument("--attention", default="causal", choices=["causal", "bidirectional"])
     ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--read-layers", default=None, help="comma list of target layers the drafter reads (default: evenly spread)")
+    ap.add_argument("--intermediate-size", type=int, default=None, help="the drafter layers' MLP width (default 4 x hidden)")
+    ap.add_argument("--draft-vocab-from-cache", type=int, default=None, metavar="N",
+                    help="with --feature-cache: restrict the draft head to the N most frequent response tokens of the cache")
     ap.add_argument("--dflash-layout", type=int, default=None, metavar="MASK_TOKEN_ID",
                     help="the DFlash / MuseGlimmerAssistant layer layout (per-head q/k norms, context keys without the "
                          "input norm, noise = the target's embedding of MASK_TOKEN_ID), so the drafter converts to "
@@ -67,14 +72,11 @@ def main() -> None:
     torch.manual_seed(args.seed)
     target, tokenizer = load_target(args.target, dtype=args.dtype)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    if args.feature_cache:
-        corpus, collator = FeatureCacheDataset(args.feature_cache), FeatureCacheCollator(pad_id)
-        print(f"{len(corpus)} cached training sequences, {corpus.info.num_tokens} tokens, top-{corpus.info.top_k} target distributions")
-    else:
-        corpus, collator = load_training_corpus(tokenizer, args.corpus, args.num_sequences, args.seq_len, args.seed), CorpusCollator(pad_id)
-        print(f"{len(corpus)} training sequences, {sum(len(c['input_ids']) for c in corpus)} tokens")
-
     overrides = {"num_hidden_layers": args.layers, "attention": args.attention}
+    if args.read_layers:
+        overrides["target_layer_ids"] = [int(x) for x in args.read_layers.split(",")]
+    if args.intermediate_size:
+        overrides["intermediate_size"] = args.intermediate_size
     if args.dflash_layout is not None:
         args.inputs = "mask"
         overrides.update(qk_norm=True, context_input_norm=False, mask_token_id=args.dflash_layout, row_predicts="self")
@@ -85,8 +87,18 @@ def main() -> None:
         drafter.attach_target(target, follow_dtype=False)
     else:
         drafter = JetSpecDrafter.for_target(target, init_layers_from_target=args.init_layers_from_target, **overrides)
+    if args.feature_cache:
+        corpus, collator = FeatureCacheDataset(args.feature_cache, layer_ids=drafter.config.target_layer_ids), FeatureCacheCollator(pad_id)
+        print(f"{len(corpus)} cached training sequences, {corpus.info.num_tokens} tokens, top-{corpus.info.top_k} target distributions")
+    else:
+        corpus, collator = load_training_corpus(tokenizer, args.corpus, args.num_sequences, args.seq_len, args.seed), CorpusCollator(pad_id)
+        print(f"{len(corpus)} training sequences, {sum(len(c['input_ids']) for c in corpus)} tokens")
     if args.draft_vocab_from_sharegpt:
         drafter.restrict_draft_vocab(frequent_response_tokens(tokenizer, args.draft_vocab_from_sharegpt))
+    elif args.draft_vocab_from_cache:
+        if not args.feature_cache:
+            raise SystemExit("--draft-vocab-from-cache needs --feature-cache")
+        drafter.restrict_draft_vocab(frequent_cached_tokens(corpus, args.draft_vocab_from_cache))
     model = lora_drafter(drafter, rank=args.lora_rank) if args.lora_rank else drafter
     max_steps = args.max_steps
     if args.num_epochs is not None:

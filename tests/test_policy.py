@@ -14,6 +14,7 @@ from hf_jetspec.policy import (
     NgramIndex,
     NgramProposal,
     OutputMemory,
+    ScoreCalibration,
     acceptance_features,
     best_candidate,
     choose_tree_size,
@@ -24,6 +25,7 @@ from hf_jetspec.policy import (
     interpolate_monotone,
     node_features,
     propose_ngram,
+    score_bin,
 )
 
 
@@ -51,6 +53,19 @@ def test_node_features_mark_only_the_top1_candidate_agreed():
     assert f[0, 1].tolist() == pytest.approx([math.log(0.25 / 0.75), 0.0, 0.0, 1.0])
     assert f[1, 0, 2].item() == pytest.approx(math.log(2))  # depth 2
     assert AcceptanceModel().accept_probs(f).flatten().tolist() == pytest.approx([0.5, 0.25, 0.8, 0.1])  # uncalibrated: raw
+
+
+def test_score_calibration_by_hand():
+    assert [score_bin(s) for s in (0.01, 0.02, 0.03, 0.45, 0.5, 0.55, 0.95)] == [0, 0, 1, 6, 6, 7, 11]
+    cal = ScoreCalibration(prior_weight=4.0)
+    assert cal("drafter", [0.5, 0.1]) == [0.5, 0.1]  # nothing observed: the raw scores
+    cal.observe("drafter", [0.45, 0.5, 0.55, 0.42], [False, False, True, False])
+    # bin (0.4, 0.5]: 0 of 3 accepted -> (0 + 4 * 0.5) / (3 + 4); bin (0.5, 0.6]: 1 of 1 -> (1 + 4 * 0.6) / (1 + 4)
+    assert cal("drafter", [0.5, 0.6]) == pytest.approx([2 / 7, 3.4 / 5])
+    assert cal("ngram", [0.5]) == [0.5]  # sources are kept apart
+    assert cal.table() == {"drafter": [(6, 0.0, 3.0), (7, 1.0, 1.0)]}
+    with pytest.raises(ValueError):
+        ScoreCalibration(prior_weight=0)
 
 
 def test_plain_step_wins_when_drafts_are_unlikely():

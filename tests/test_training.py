@@ -102,6 +102,43 @@ def test_feature_cache_gives_the_online_loss(tmp_path, llama_target, labels, dra
     torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-3)
 
 
+def test_feature_cache_build_resumes(tmp_path, llama_target):
+    from hf_jetspec.training import FeatureCacheDataset, build_feature_cache
+
+    items = corpus(n=6)
+    whole = build_feature_cache(llama_target, items, [0, 1], tmp_path / "whole", top_k=8, shard_sequences=2, progress=False)
+    part = build_feature_cache(llama_target, items[:3], [0, 1], tmp_path / "part", top_k=8, shard_sequences=2, progress=False)
+    assert (part.num_sequences, len(part.shards)) == (3, 2)  # 2 + the last 1
+    again = build_feature_cache(llama_target, items, [0, 1], tmp_path / "part", top_k=8, shard_sequences=2, progress=False, resume=True)
+    assert (again.num_sequences, again.num_tokens) == (whole.num_sequences, whole.num_tokens) == (6, sum(len(x["input_ids"]) for x in items))
+    a, b = FeatureCacheDataset(tmp_path / "whole"), FeatureCacheDataset(tmp_path / "part")
+    for i in range(6):
+        assert torch.equal(a[i]["input_ids"], b[i]["input_ids"])
+        torch.testing.assert_close(a[i]["states"], b[i]["states"])
+    with pytest.raises(ValueError, match="cannot resume"):
+        build_feature_cache(llama_target, items, [0], tmp_path / "part", top_k=8, progress=False, resume=True)
+    with pytest.raises(ValueError, match="already holds 6"):
+        build_feature_cache(llama_target, items[:2], [0, 1], tmp_path / "part", top_k=8, progress=False, resume=True)
+    with pytest.raises(ValueError, match="order"):
+        build_feature_cache(llama_target, items, [0, 1], tmp_path / "part", top_k=8, progress=False, resume=True, corpus_order="shuffled:0")
+    build_feature_cache(llama_target, items[:3], [0, 1], tmp_path / "shuffled", top_k=8, progress=False, corpus_order="shuffled:0")
+    with pytest.raises(ValueError, match="depends on the corpus size"):
+        build_feature_cache(llama_target, items, [0, 1], tmp_path / "shuffled", top_k=8, progress=False, resume=True, corpus_order="shuffled:0")
+    from collections import Counter
+
+    from hf_jetspec.training.feature_cache import frequent_cached_tokens
+
+    counts = Counter(t for x in items for t in x["input_ids"][x["response_start"] :])
+    assert frequent_cached_tokens(a, 3) == [t for t, _ in counts.most_common(3)]
+    only = FeatureCacheDataset(tmp_path / "whole", layer_ids=[1])  # a subset of the stored layers
+    hidden = a.info.target_hidden_size
+    assert only.info.target_layer_ids == [1] and torch.equal(only[2]["states"], a[2]["states"][:, hidden:])
+    with pytest.raises(ValueError, match="not \\[3\\]"):
+        FeatureCacheDataset(tmp_path / "whole", layer_ids=[0, 3])
+    bf = build_feature_cache(llama_target, items[:2], [0, 1], tmp_path / "bf16", top_k=8, progress=False, states_dtype=torch.bfloat16)
+    assert bf.num_sequences == 2 and FeatureCacheDataset(tmp_path / "bf16")[0]["states"].dtype == torch.bfloat16
+
+
 def test_feature_cache_refuses_mismatches(tmp_path, llama_target):
     from hf_jetspec.training import FeatureCacheDataset, build_feature_cache
 
@@ -109,7 +146,7 @@ def test_feature_cache_refuses_mismatches(tmp_path, llama_target):
     build_feature_cache(llama_target, corpus(n=2), [0], tmp_path / "cache", top_k=8, progress=False)
     data = FeatureCacheDataset(tmp_path / "cache")
     args = JetSpecTrainingArguments(output_dir=str(tmp_path / "run"), report_to=[], use_cpu=True)
-    with pytest.raises(ValueError, match="holds target layers"):
+    with pytest.raises(ValueError, match="gives target layers"):
         JetSpecTrainer(model=drafter, args=args, target=llama_target, train_dataset=data)
     build_feature_cache(llama_target, corpus(n=2), drafter.config.target_layer_ids, tmp_path / "ok", top_k=8, progress=False)
     alr = JetSpecTrainingArguments(output_dir=str(tmp_path / "run"), report_to=[], use_cpu=True, labels="alr")

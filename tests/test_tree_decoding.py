@@ -33,6 +33,24 @@ def greedy_pair(target, drafter, prompt, **kwargs):
     return target.generate(prompt, do_sample=False, **kwargs), target.generate(prompt, assistant_model=drafter, do_sample=False, **kwargs)
 
 
+@pytest.mark.parametrize("rows", [[0], [0, 1, 2], [0, 2, 5], [0, 1, 4, 6]])
+def test_cache_compaction_keeps_the_accepted_rows_in_order(rows):
+    from transformers import DynamicCache
+
+    from hf_jetspec.testing import tiny_llama
+
+    cache = DynamicCache(config=tiny_llama().config)
+    gen = torch.Generator().manual_seed(0)
+    for i in range(len(cache.layers)):
+        cache.update(torch.randn(1, 2, 12, 4, generator=gen), torch.randn(1, 2, 12, 4, generator=gen), i)
+    expected = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+    td.keep_cache_rows(cache, 5, rows)
+    keep = list(range(5)) + [5 + r for r in rows]
+    for layer, (k, v) in zip(cache.layers, expected):
+        assert torch.equal(layer.keys, k[:, :, keep]) and torch.equal(layer.values, v[:, :, keep])
+    assert cache.get_seq_length() == 5 + len(rows)
+
+
 def test_tree_option_is_validated():
     assert DraftingConfig(tree="off").tree is None and DraftingConfig(tree=(2, 1)).tree == [2, 1]
     with pytest.raises(ValueError, match="more than budget"):
@@ -85,13 +103,14 @@ def test_the_policy_grafts_ngram_branches_from_earlier_outputs(llama_target):
     with tree_options(drafter, tree="auto", budget=9, policy=True, ngram_seed=False):
         drafter.output_memory.clear()
         ref, first = greedy_pair(llama_target, drafter, prompt, max_new_tokens=40)
+        first_tau = drafter.generation_stats.tau
         assert torch.equal(ref, first)
         again = llama_target.generate(prompt, assistant_model=drafter, do_sample=False, max_new_tokens=40)
         stats = drafter.generation_stats
     assert torch.equal(ref, again)
-    assert stats.tau > 3  # the second call's continuation comes from the first call's output
-    assert "ngram" in stats.round_sources or stats.drafter_runs > 0
+    assert stats.tau > first_tau + 1.0  # the second call's continuation comes from the first call's output
     assert len(stats.chosen_lengths) == stats.rounds and stats.cost_model["verify_ms"]
+    assert stats.cost_model["node_calibration"].get("drafter")  # verified drafter nodes were scored against the outcome
 
 
 def test_eos_inside_a_branch_and_stopping_criteria(trained_llama):

@@ -20,6 +20,7 @@ from .layers import DecoderLayer, RMSNorm, RotaryTable
 from .masks import block_attention_mask, context_visibility, sliding_window_mask
 from .stats import GenerationStats
 from .target_info import check_target_matches, target_decoder_layers, target_shape_fields, target_signature
+from .weight_storage import INT8_STORAGE
 
 logger = logging.get_logger(__name__)
 
@@ -134,6 +135,15 @@ class JetSpecDrafter(PreTrainedModel):
         first target it is attached to), and ``dtype=`` picks the weights' dtype (default: as stored)."""
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in DraftingConfig.field_names()}
         target = kwargs.pop("target", None)
+        if _stored_config(pretrained_model_name_or_path, kwargs).get("weight_storage") == INT8_STORAGE:
+            model = _from_int8(cls, pretrained_model_name_or_path, kwargs)
+            if drafting_config is None:
+                drafting_config = _load_drafting_config(pretrained_model_name_or_path, kwargs)
+            model.drafting_config = drafting_config.replace(**options)
+            model.acceptance_model = _load_acceptance_model(pretrained_model_name_or_path, kwargs)
+            if target is not None:
+                model.attach_target(target)
+            return model
         foreign = _foreign_checkpoint(pretrained_model_name_or_path, kwargs)
         if foreign is not None:
             kwargs["target"] = target
@@ -158,10 +168,17 @@ class JetSpecDrafter(PreTrainedModel):
             model.attach_target(target)
         return model
 
-    def save_pretrained(self, save_directory, *args, **kwargs):
+    def save_pretrained(self, save_directory, *args, weight_storage: str | None = None, **kwargs):
+        """Save a Hub-ready folder. ``weight_storage="int8"`` stores the large matrices as int8 with
+        per-channel scales (:mod:`hf_jetspec.weight_storage`, about half the size of float16);
+        ``from_pretrained`` dequantises them."""
+        if weight_storage not in (None, INT8_STORAGE):
+            raise ValueError(f"weight_storage must be None or {INT8_STORAGE!r}, got {weight_storage!r}")
         kwargs.pop("safe_serialization", None)
         super().save_pretrained(save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True):
+            if weight_storage == INT8_STORAGE:
+                _store_int8(save_directory)
             self.drafting_config.save(save_directory)
             if self.acceptance_model.calibrated:
                 self.acceptance_model.save(save_directory)
@@ -516,6 +533,62 @@ def _load_acceptance_model(name_or_path, kwargs):
 
     path = _companion_file(name_or_path, ACCEPTANCE_CALIBRATION_NAME, kwargs)
     return AcceptanceModel.load(path) if path else AcceptanceModel()
+
+
+def _stored_config(name_or_path, kwargs) -> dict:
+    """The folder's ``config.json`` as a dict ({} when absent)."""
+    import json
+
+    path = _companion_file(name_or_path, "config.json", kwargs)
+    if path is None:
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def _store_int8(folder) -> None:
+    """Rewrite a saved folder's weights as int8 matrices with per-channel scales and mark its config."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from .weight_storage import pack_int8
+
+    weights = os.path.join(folder, "model.safetensors")
+    if not os.path.isfile(weights):
+        raise OSError(f"int8 storage needs a single model.safetensors in {folder} (raise max_shard_size)")
+    save_file(pack_int8(load_file(weights)), weights, metadata={"format": "pt"})
+    config_path = os.path.join(folder, "config.json")
+    with open(config_path) as f:
+        config = json.load(f)
+    config["weight_storage"] = INT8_STORAGE
+    with open(config_path, "w") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def _from_int8(cls, name_or_path, kwargs) -> "JetSpecDrafter":
+    """Build a drafter from an int8-stored folder: dequantise to the stored (or requested) dtype."""
+    from .weight_storage import unpack_int8
+
+    config_dict = {k: v for k, v in _stored_config(name_or_path, kwargs).items() if k != "weight_storage"}
+    config = cls.config_class.from_dict(config_dict)
+    dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
+    if dtype in (None, "auto"):
+        dtype = config_dict.get("dtype") or "float32"
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    state = unpack_int8(_foreign_state_dict(name_or_path, kwargs), dtype)
+    model = cls(config)
+    if "draft_vocab" in state and "draft_vocab" in model._buffers and state["draft_vocab"].shape != model.draft_vocab.shape:
+        raise OSError(f"{name_or_path!r}: the stored draft vocabulary does not match config.draft_vocab_size")
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise OSError(f"the int8 weights in {name_or_path!r} do not fit this drafter: missing {missing}, unexpected {unexpected}")
+    model.to(dtype=dtype)
+    if kwargs.get("device_map") not in (None, "auto"):
+        model.to(kwargs["device_map"])
+    return model.eval()
 
 
 def _foreign_checkpoint(name_or_path, kwargs) -> dict | None:

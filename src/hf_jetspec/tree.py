@@ -115,11 +115,13 @@ def best_first_tree(topk_ids: torch.Tensor, topk_probs: torch.Tensor, budget: in
 class RankedTree:
     """A best-first tree with each node's score (the estimate that its whole path is accepted, non-
     increasing in node order, so every prefix ``tree[:n]`` is a tree too) and, per grafted chain, the
-    nodes holding its first tokens (as many as made it into the tree, in chain order)."""
+    nodes holding its first tokens (as many as made it into the tree, in chain order), and which
+    source each node was taken for."""
 
     tree: DraftTree
     scores: list[float]
     chain_nodes: list[list[int]]
+    from_chain: list[bool]  # per node: taken for a grafted chain (else for the drafter's candidates)
 
 
 def ranked_tree(topk_ids: torch.Tensor, topk_probs: torch.Tensor, budget: int, branches=None, chains=()) -> RankedTree:
@@ -152,7 +154,7 @@ def ranked_tree(topk_ids: torch.Tensor, topk_probs: torch.Tensor, budget: int, b
     for c, (toks, probs) in enumerate(chains):
         if toks:
             push(probs[0], 1, k, -1, 1, c)
-    tokens, parents, depths, scores = [], [], [], []
+    tokens, parents, depths, scores, from_chain = [], [], [], [], []
     where: dict[tuple[int, int], int] = {}  # (parent, token) -> node
     while heap and len(tokens) < budget:
         neg, d, r, _, parent, source, index = heapq.heappop(heap)
@@ -165,6 +167,7 @@ def ranked_tree(topk_ids: torch.Tensor, topk_probs: torch.Tensor, budget: int, b
             parents.append(parent)
             depths.append(d)
             scores.append(-neg)
+            from_chain.append(source == 1)
         if source == 0 and d < depth:
             probs = tables[index][1]
             for r2 in range(k):
@@ -183,7 +186,7 @@ def ranked_tree(topk_ids: torch.Tensor, topk_probs: torch.Tensor, budget: int, b
             nodes.append(parent)
         chain_nodes.append(nodes)
     tree = DraftTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long), torch.tensor(depths, dtype=torch.long))
-    return RankedTree(tree, scores, chain_nodes)
+    return RankedTree(tree, scores, chain_nodes, from_chain)
 
 
 def truncate_tree(tree: DraftTree, n: int) -> DraftTree:

@@ -98,13 +98,22 @@ def verification_mask(tree: DraftTree, context_len: int, dtype: torch.dtype, dev
 
 
 def keep_cache_rows(cache, start: int, rows: list[int]) -> None:
-    """Keep, of the cache rows from ``start`` on, only ``rows`` (offsets from ``start``), in order."""
+    """Keep, of the cache rows from ``start`` on, only ``rows`` (increasing offsets from ``start``), in order.
+
+    The kept rows move down in place (only those after the first gap are copied) and the layer is
+    cut to a view, so a round costs the accepted rows, not the whole cache."""
+    m = len(rows)
+    first_gap = next((j for j, r in enumerate(rows) if r != j), m)  # rows[:first_gap] are already in place
     index = None
     for layer in cache.layers:
-        if index is None or index.device != layer.keys.device:
-            index = torch.tensor(rows, dtype=torch.long, device=layer.keys.device) + start
-        layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys.index_select(2, index)], dim=2)
-        layer.values = torch.cat([layer.values[:, :, :start], layer.values.index_select(2, index)], dim=2)
+        if first_gap < m:
+            if index is None or index.device != layer.keys.device:
+                index = torch.tensor(rows[first_gap:], dtype=torch.long, device=layer.keys.device) + start
+            dest = slice(start + first_gap, start + m)
+            layer.keys[:, :, dest] = layer.keys.index_select(2, index)
+            layer.values[:, :, dest] = layer.values.index_select(2, index)
+        layer.keys = layer.keys[:, :, : start + m]
+        layer.values = layer.values[:, :, : start + m]
 
 
 def _check_supported(target, cache, generation_config, input_ids, model_kwargs) -> None:
@@ -150,7 +159,10 @@ class TreeRoundPolicy:
     drafter's calibration) with the n-gram continuation grafted in as a branch of its own. The node
     count ``n`` is the prefix of that tree with the most expected committed tokens per second under
     the measured cost model (:func:`~hf_jetspec.policy.choose_tree_size`); ``n = 0`` is a plain
-    step. Without a drafter pass the round verifies the n-gram chain (or nothing) as chain rounds do.
+    step. The drafter's node scores rank the nodes; what they are expected to commit comes from the
+    running calibration of those scores against the verified outcomes
+    (:class:`~hf_jetspec.policy.ScoreCalibration`, kept with ``drafter.output_memory``). Without a
+    drafter pass the round verifies the n-gram chain (or nothing) as chain rounds do.
     """
 
     def __init__(self, target, drafter, options):
@@ -164,8 +176,10 @@ class TreeRoundPolicy:
         self.index = NgramIndex(max_ngram=options.max_ngram)
         self.memory = drafter.output_memory if options.output_memory else None
         self.acceptance = drafter.acceptance_model
+        self.calibration = drafter.output_memory.node_calibration
         self._proposal = None
         self._ngram_nodes: list[int] = []
+        self._scored: list[tuple[float, int]] = []  # (raw score, node) of the verified drafter nodes
 
     def plan(self, input_ids, max_depth: int, draft):
         """This round's tree and its source (``"plain"``, ``"ngram"`` or ``"drafter"``).
@@ -184,7 +198,7 @@ class TreeRoundPolicy:
             probs = self.drafter.output_memory.accept_probs(proposal)
             chain = [(proposal.tokens, probs)]
             free = choose_verify_length(probs, costs)
-        self._proposal, self._ngram_nodes = proposal, []
+        self._proposal, self._ngram_nodes, self._scored = proposal, [], []
         if max_depth > 0 and self.gate.should_draft(free.rate):
             t0 = time.perf_counter()
             seed = proposal.tokens if (proposal is not None and opts.ngram_seed) else []
@@ -198,12 +212,18 @@ class TreeRoundPolicy:
                 branches = (b_ids, b_table.reshape(b_probs.shape))
             ranked = ranked_tree(topk.ids[:max_depth], table[:max_depth], opts.budget - 1,
                                  None if branches is None else (branches[0][:, : max_depth - 1], branches[1][:, : max_depth - 1]), chain)
-            choice = choose_tree_size(ranked.scores, costs)
-            value = choose_tree_size(ranked.scores, costs, draft_cost=self.cost.draft_cost(passes)).rate
+            # expected acceptance of each node's path: the drafter's nodes through the running calibration
+            # of their scores, the n-gram chain's as estimated (running rates per position already)
+            drafted = self.calibration("drafter", ranked.scores)
+            expected = [s if ngram else d for s, d, ngram in zip(ranked.scores, drafted, ranked.from_chain)]
+            choice = choose_tree_size(expected, costs)
+            value = choose_tree_size(expected, costs, draft_cost=self.cost.draft_cost(passes)).rate
             self.gate.observe(value, free.rate)
             if chain:
                 self._ngram_nodes = [i for i in ranked.chain_nodes[0] if i < choice.length]
-            return truncate_tree(ranked.tree, choice.length), "drafter"
+            n = choice.length
+            self._scored = [(s, i) for i, (s, ngram) in enumerate(zip(ranked.scores[:n], ranked.from_chain[:n])) if not ngram]
+            return truncate_tree(ranked.tree, n), "drafter"
         if max_depth > 0:
             self.gate.skipped()
         if free.length == 0:
@@ -214,6 +234,9 @@ class TreeRoundPolicy:
     def observe(self, nodes: int, accepted: list[int], seconds: float) -> None:
         """The round verified ``nodes`` nodes in ``seconds`` and accepted the path ``accepted``."""
         self.cost.observe_verify(nodes + 1, seconds)
+        if self._scored:
+            on_path = set(accepted)
+            self.calibration.observe("drafter", [s for s, _ in self._scored], [i in on_path for _, i in self._scored])
         if self._proposal is not None and self._ngram_nodes:
             hits = len(set(accepted) & set(self._ngram_nodes))
             self.drafter.output_memory.observe(self._proposal, verified=len(self._ngram_nodes), accepted=hits)
@@ -221,7 +244,7 @@ class TreeRoundPolicy:
     def close(self, sequence: torch.Tensor, stats: GenerationStats) -> None:
         if self.memory is not None:
             self.memory.add_sequence(sequence.tolist())
-        stats.cost_model = self.cost.summary(self.options.budget - 1)
+        stats.cost_model = self.cost.summary(self.options.budget - 1) | {"node_calibration": self.calibration.table()}
 
 
 @torch.no_grad()

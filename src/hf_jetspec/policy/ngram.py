@@ -8,12 +8,14 @@ incrementally, so a round costs a few dictionary look-ups.
 :class:`OutputMemory` keeps the same kind of index over earlier sequences (prompt and output) of
 this process, so repeated tasks reuse what was generated before, and the running acceptance rates
 of n-gram proposals by source, match length and position, from which the round policy estimates
-their worth.
+their worth (and, for tree rounds, the observed acceptance of node scores: ``node_calibration``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from .score_calibration import ScoreCalibration
 
 
 @dataclass(frozen=True)
@@ -78,11 +80,13 @@ class OutputMemory:
         self.sequences: list[list[int]] = []
         self._next: dict[tuple[int, ...], tuple[int, int]] = {}
         self._counts: dict[tuple[str, int, int], list[float]] = {}
+        self.node_calibration = ScoreCalibration()  # tree rounds: observed acceptance of node scores
 
     def clear(self) -> None:
         self.sequences.clear()
         self._next.clear()
         self._counts.clear()
+        self.node_calibration.clear()
 
     # ------------------------------------------------------------------ earlier outputs
     def add_sequence(self, tokens: list[int]) -> None:

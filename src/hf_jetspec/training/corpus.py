@@ -60,13 +60,15 @@ class CorpusCollator:
 
 
 def load_training_corpus(tokenizer, corpus: str = "sharegpt", num_sequences: int = 4000, seq_len: int = 384, seed: int = 0,
-                         skip: int = 0) -> list[dict]:
+                         skip: int = 0, shuffle: bool = True) -> list[dict]:
     """Tokenised, shuffled training sequences from ShareGPT (``"sharegpt"``) or a local JSONL of chats.
 
     Each JSONL line holds ``{"messages": [...]}``. Sequences keep at most ``seq_len`` tokens, half
     of them prompt at most, and at least 64 response tokens. The first ``num_sequences`` that
     qualify are taken after skipping ``skip`` qualifying ones (so ``skip=N`` gives data disjoint
-    from a corpus of ``num_sequences=N``), then shuffled with ``seed``.
+    from a corpus of ``num_sequences=N``), then shuffled with ``seed`` (``shuffle=False`` keeps the
+    source order, so a larger ``num_sequences`` extends the same list: what a resumable feature
+    cache needs).
     """
     import json
     import random
@@ -78,5 +80,6 @@ def load_training_corpus(tokenizer, corpus: str = "sharegpt", num_sequences: int
     else:
         chats = (json.loads(line)["messages"] for line in open(corpus) if line.strip())
     out = build_corpus(tokenizer, chats, max_length=seq_len, min_response_tokens=64, limit=num_sequences + skip, max_prompt_tokens=seq_len // 2)[skip:]
-    random.Random(seed).shuffle(out)
+    if shuffle:
+        random.Random(seed).shuffle(out)
     return out

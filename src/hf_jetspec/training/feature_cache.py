@@ -10,12 +10,13 @@ next token, which the ``erase`` survival gate needs.
 
 Layout of a cache folder: ``feature_cache.json`` (target signature, read layers, k, shards) and
 ``features-NNNNN.safetensors`` shards holding, for sequence i, ``{i}.input_ids``, ``{i}.states``
-[T, n_read * H] (float16), ``{i}.topk_ids`` [T, k] (int32), ``{i}.topk_logprobs`` [T, k]
+[T, n_read * H] (float16, or bfloat16), ``{i}.topk_ids`` [T, k] (int32), ``{i}.topk_logprobs`` [T, k]
 (float16) and ``{i}.next_logprob`` [T] (float32), and ``{i}.response_start``.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -42,6 +43,8 @@ class FeatureCacheInfo:
     num_sequences: int = 0
     num_tokens: int = 0
     shards: list[dict] = field(default_factory=list)  # {"file": name, "first": i0, "count": n}
+    corpus_order: str = ""  # how the builder ordered its corpus ("source": a prefix-stable order, or e.g. "shuffled:0")
+    corpus_size: int = 0  # sequences the build was asked for
 
     def check_drafter(self, drafter) -> None:
         c = drafter.config
@@ -50,7 +53,19 @@ class FeatureCacheInfo:
         if mine != theirs:
             raise ValueError(f"the feature cache was made with a target {mine} (type, hidden, layers, vocab); the drafter's target is {theirs}")
         if list(self.target_layer_ids) != list(c.target_layer_ids):
-            raise ValueError(f"the feature cache holds target layers {self.target_layer_ids} but the drafter reads {list(c.target_layer_ids)}; rebuild it")
+            raise ValueError(f"the feature cache gives target layers {self.target_layer_ids} but the drafter reads {list(c.target_layer_ids)}; "
+                             f"open it with FeatureCacheDataset(folder, layer_ids=...) if it holds them, else rebuild it")
+
+
+def layer_columns(stored: list[int], wanted: list[int], hidden: int) -> torch.Tensor | None:
+    """Column indices of ``wanted`` layers' states inside states stored for ``stored`` layers ([T, len(stored) * hidden]);
+    None when ``wanted`` is ``stored``."""
+    if list(wanted) == list(stored):
+        return None
+    missing = [i for i in wanted if i not in stored]
+    if missing:
+        raise ValueError(f"the feature cache holds target layers {stored}, not {missing}")
+    return torch.cat([torch.arange(stored.index(i) * hidden, (stored.index(i) + 1) * hidden) for i in wanted])
 
 
 def topk_label_logits(topk_ids: torch.Tensor, topk_logprobs: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -71,16 +86,51 @@ def next_token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor
 
 @torch.no_grad()
 def build_feature_cache(target, corpus: list[dict], layer_ids: list[int], folder: str | os.PathLike, top_k: int = 64,
-                        batch_size: int = 4, shard_sequences: int = 256, progress: bool = True) -> FeatureCacheInfo:
-    """Run ``target`` once over ``corpus`` (items of :func:`~hf_jetspec.training.load_training_corpus`) and write the cache."""
+                        batch_size: int = 4, shard_sequences: int = 256, progress: bool = True, resume: bool = False,
+                        states_dtype: torch.dtype | None = None, corpus_order: str = "source") -> FeatureCacheInfo:
+    """Run ``target`` once over ``corpus`` (items of :func:`~hf_jetspec.training.load_training_corpus`) and write the cache.
+
+    The index is rewritten after every shard, so an interrupted build keeps every finished shard.
+    With ``resume`` an existing cache in ``folder`` (same target, read layers and k) is continued:
+    its ``num_sequences`` first corpus items are taken as done (pass the same corpus, in the same
+    order) and new shards are appended. ``corpus_order`` names that order; only ``"source"`` (a
+    prefix-stable order) lets a resumed build take a longer corpus. ``states_dtype``: how states are stored
+    (default float16; bfloat16 keeps the range of a bf16 target's large activations)."""
     from tqdm.auto import tqdm
 
     cfg = target.config.get_text_config()
     info = FeatureCacheInfo(cfg.model_type, cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size, list(layer_ids), int(top_k))
+    states_dtype = states_dtype or torch.float16
+    info.corpus_order = corpus_order
+    done = 0
+    if resume and os.path.isfile(os.path.join(folder, INDEX_NAME)):
+        old = load_feature_cache_info(folder)
+        mine = (info.target_model_type, info.target_hidden_size, info.target_num_hidden_layers, info.target_vocab_size, info.target_layer_ids, info.top_k)
+        theirs = (old.target_model_type, old.target_hidden_size, old.target_num_hidden_layers, old.target_vocab_size, list(old.target_layer_ids), old.top_k)
+        if mine != theirs:
+            raise ValueError(f"cannot resume the cache in {folder}: it holds {theirs} (target type, hidden, layers, vocab, read layers, "
+                             f"top-k), this build makes {mine}")
+        if old.corpus_order != corpus_order:
+            raise ValueError(f"cannot resume the cache in {folder}: it was built from a corpus in order {old.corpus_order!r}, "
+                             f"this build passes {corpus_order!r}")
+        if corpus_order != "source" and len(corpus) != old.corpus_size:
+            raise ValueError(f"cannot resume the cache in {folder} with {len(corpus)} sequences: its corpus order {corpus_order!r} "
+                             f"depends on the corpus size ({old.corpus_size}); build growing caches in source order")
+        info, done = old, old.num_sequences
+        if done > len(corpus):
+            raise ValueError(f"the cache in {folder} already holds {done} sequences, more than the {len(corpus)} of this corpus")
+    info.corpus_size = max(info.corpus_size, len(corpus))
     os.makedirs(folder, exist_ok=True)
     pending: dict[str, torch.Tensor] = {}
-    first = 0
-    bar = tqdm(total=len(corpus), desc="caching target features", disable=not progress)
+    first = done
+    bar = tqdm(total=len(corpus), initial=done, desc="caching target features", disable=not progress)
+
+    def write_index() -> None:
+        tmp = os.path.join(folder, INDEX_NAME + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(asdict(info), f, indent=1)
+            f.write("\n")
+        os.replace(tmp, os.path.join(folder, INDEX_NAME))  # never a half-written index
 
     def flush(upto: int) -> None:
         nonlocal pending, first
@@ -89,10 +139,13 @@ def build_feature_cache(target, corpus: list[dict], layer_ids: list[int], folder
         name = f"features-{len(info.shards):05d}.safetensors"
         save_file(pending, os.path.join(folder, name))
         info.shards.append({"file": name, "first": first, "count": upto - first})
+        info.num_sequences = upto
+        info.num_tokens += sum(int(v.numel()) for k, v in pending.items() if k.endswith(".input_ids"))
+        write_index()
         pending, first = {}, upto
 
     target.eval()
-    for b0 in range(0, len(corpus), batch_size):
+    for b0 in range(done, len(corpus), batch_size):
         batch = corpus[b0 : b0 + batch_size]
         lengths = [len(x["input_ids"]) for x in batch]
         ids = torch.zeros(len(batch), max(lengths), dtype=torch.long)
@@ -101,7 +154,7 @@ def build_feature_cache(target, corpus: list[dict], layer_ids: list[int], folder
             ids[j, : lengths[j]] = torch.tensor(x["input_ids"])
             mask[j, : lengths[j]] = 1
         out = target(input_ids=ids.to(target.device), attention_mask=mask.to(target.device), output_hidden_states=[i + 1 for i in layer_ids])
-        states = torch.cat([out.hidden_states[i + 1] for i in layer_ids], dim=-1).to(torch.float16).cpu()
+        states = torch.cat([out.hidden_states[i + 1] for i in layer_ids], dim=-1).to(states_dtype).cpu()
         logp = torch.log_softmax(out.logits.float(), -1)
         top = logp.topk(top_k, dim=-1)
         nxt = next_token_logprobs(out.logits, ids).cpu()
@@ -113,16 +166,12 @@ def build_feature_cache(target, corpus: list[dict], layer_ids: list[int], folder
             pending[f"{i}.topk_ids"] = top.indices[j, :n].to(torch.int32).cpu().clone()
             pending[f"{i}.topk_logprobs"] = top.values[j, :n].to(torch.float16).cpu().clone()
             pending[f"{i}.next_logprob"] = nxt[j, :n].clone()
-            info.num_sequences += 1
-            info.num_tokens += n
             if i + 1 - first >= shard_sequences:
                 flush(i + 1)
         bar.update(len(batch))
     flush(len(corpus))
     bar.close()
-    with open(os.path.join(folder, INDEX_NAME), "w") as f:
-        json.dump(asdict(info), f, indent=1)
-        f.write("\n")
+    write_index()
     return info
 
 
@@ -138,11 +187,18 @@ def load_feature_cache_info(folder: str | os.PathLike) -> FeatureCacheInfo:
 
 
 class FeatureCacheDataset(Dataset):
-    """Training sequences with their cached target features (one item per sequence)."""
+    """Training sequences with their cached target features (one item per sequence).
 
-    def __init__(self, folder: str | os.PathLike):
+    ``layer_ids``: read only these of the stored layers (a drafter reading fewer layers trains on
+    the same cache); ``info.target_layer_ids`` then names them."""
+
+    def __init__(self, folder: str | os.PathLike, layer_ids: list[int] | None = None):
         self.folder = str(folder)
         self.info = load_feature_cache_info(folder)
+        self._columns = None
+        if layer_ids is not None:
+            self._columns = layer_columns(list(self.info.target_layer_ids), list(layer_ids), self.info.target_hidden_size)
+            self.info.target_layer_ids = list(layer_ids)
         self._where = []
         for shard in self.info.shards:
             path = os.path.join(self.folder, shard["file"])
@@ -166,11 +222,25 @@ class FeatureCacheDataset(Dataset):
         path, i = self._where[idx]
         f = self._handle(path)
         item = {name: f.get_tensor(f"{i}.{name}") for name in ("input_ids", "states", "topk_ids", "topk_logprobs", "next_logprob")}
+        if self._columns is not None:
+            item["states"] = item["states"].index_select(-1, self._columns)
         item["response_start"] = int(f.get_tensor(f"{i}.response_start")[0])
         return item
 
     def __getstate__(self):  # file handles do not pickle (dataloader workers reopen them)
         return {**self.__dict__, "_open": {}}
+
+
+def frequent_cached_tokens(dataset: "FeatureCacheDataset", n: int) -> list[int]:
+    """The ``n`` most frequent response token ids of a cache's sequences (a draft vocabulary)."""
+    counts = collections.Counter()
+    for i in range(len(dataset)):
+        path, j = dataset._where[i]
+        f = dataset._handle(path)
+        ids = f.get_tensor(f"{j}.input_ids")
+        start = int(f.get_tensor(f"{j}.response_start")[0])
+        counts.update(ids[start:].tolist())
+    return [t for t, _ in counts.most_common(n)]
 
 
 @dataclass
