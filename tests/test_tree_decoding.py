@@ -29,6 +29,18 @@ def tree_options(drafter, **changes):
         drafter.drafting_config = saved
 
 
+@pytest.fixture
+def fixed_costs(monkeypatch):
+    """The tree policy's prices without the machine: a fixed verification profile (1-32 tokens,
+    10-13 ms), no drafting cost, and no running updates from wall time, so its choices (and the tau
+    a test asserts) do not depend on how busy the machine is."""
+    from hf_jetspec.policy import CostModel
+
+    monkeypatch.setattr(td, "cost_profile_for", lambda target, n: ([1, 2, 16, 32], [0.010, 0.011, 0.012, 0.013]))
+    monkeypatch.setattr(CostModel, "observe_verify", lambda self, n, seconds: None)
+    monkeypatch.setattr(CostModel, "observe_draft", lambda self, passes, seconds: None)
+
+
 def greedy_pair(target, drafter, prompt, **kwargs):
     return target.generate(prompt, do_sample=False, **kwargs), target.generate(prompt, assistant_model=drafter, do_sample=False, **kwargs)
 
@@ -62,7 +74,7 @@ def test_tree_option_is_validated():
 @pytest.mark.parametrize("policy", [False, True])
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("budget", [8, 16])
-def test_tree_rounds_with_an_often_accepting_drafter_are_exact(trained_llama, shape, budget, policy):
+def test_tree_rounds_with_an_often_accepting_drafter_are_exact(trained_llama, shape, budget, policy, fixed_costs):
     target, drafter, prompts = trained_llama
     with tree_options(drafter, tree=shape, budget=budget, num_jacobi_passes=1, policy=policy):
         for p in range(4):
@@ -75,7 +87,7 @@ def test_tree_rounds_with_an_often_accepting_drafter_are_exact(trained_llama, sh
 
 @pytest.mark.parametrize("policy", [False, True])
 @pytest.mark.parametrize("budget", [8, 16])
-def test_redrafted_branches_are_exact(trained_llama, budget, policy):
+def test_redrafted_branches_are_exact(trained_llama, budget, policy, fixed_costs):
     target, drafter, prompts = trained_llama
     with tree_options(drafter, tree="auto", budget=budget, tree_branches=3, num_jacobi_passes=1, policy=policy):
         for p in range(4):
@@ -96,7 +108,7 @@ def test_random_drafter_tree_rounds_are_exact_for_any_length(request, target_fix
         assert torch.equal(ref, out) and out.shape[1] == 7 + max_new_tokens
 
 
-def test_the_policy_grafts_ngram_branches_from_earlier_outputs(llama_target):
+def test_the_policy_grafts_ngram_branches_from_earlier_outputs(llama_target, fixed_costs):
     torch.manual_seed(0)
     drafter = JetSpecDrafter.for_target(llama_target).eval()  # an untrained drafter: only the n-gram branch can be right
     prompt = torch.randint(0, 100, (1, 7), generator=torch.Generator().manual_seed(5))
@@ -113,7 +125,7 @@ def test_the_policy_grafts_ngram_branches_from_earlier_outputs(llama_target):
     assert stats.cost_model["node_calibration"].get("drafter")  # verified drafter nodes were scored against the outcome
 
 
-def test_eos_inside_a_branch_and_stopping_criteria(trained_llama):
+def test_eos_inside_a_branch_and_stopping_criteria(trained_llama, fixed_costs):
     target, drafter, prompts = trained_llama
 
     class EndsWith(StoppingCriteria):

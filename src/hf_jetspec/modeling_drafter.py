@@ -13,6 +13,7 @@ from transformers import PreTrainedModel
 from transformers.utils import ModelOutput, logging
 
 from .configuration_drafter import JetSpecDrafterConfig
+from .dflash import checkpoint_format
 from .drafter_cache import BlockAttention, DrafterCache
 from .drafting_config import DRAFTING_CONFIG_NAME, DraftingConfig
 from .kernels import head_summary, summarise_logits
@@ -135,31 +136,25 @@ class JetSpecDrafter(PreTrainedModel):
         first target it is attached to), and ``dtype=`` picks the weights' dtype (default: as stored)."""
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in DraftingConfig.field_names()}
         target = kwargs.pop("target", None)
-        if _stored_config(pretrained_model_name_or_path, kwargs).get("weight_storage") == INT8_STORAGE:
-            model = _from_int8(cls, pretrained_model_name_or_path, kwargs)
-            if drafting_config is None:
-                drafting_config = _load_drafting_config(pretrained_model_name_or_path, kwargs)
-            model.drafting_config = drafting_config.replace(**options)
-            model.acceptance_model = _load_acceptance_model(pretrained_model_name_or_path, kwargs)
-            if target is not None:
-                model.attach_target(target)
-            return model
-        foreign = _foreign_checkpoint(pretrained_model_name_or_path, kwargs)
-        if foreign is not None:
+        stored = _stored_config(pretrained_model_name_or_path, kwargs)
+        if stored and checkpoint_format(stored) != "jetspec":
             kwargs["target"] = target
-            model = _from_foreign(cls, pretrained_model_name_or_path, foreign, kwargs)
+            model = _from_foreign(cls, pretrained_model_name_or_path, stored, kwargs)
             model.drafting_config = (drafting_config or DraftingConfig()).replace(**options)
             return model
-        kwargs["use_safetensors"] = True
-        try:
-            model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-        except Exception as err:  # make corrupt / truncated weight files say so
-            if type(err).__name__ in {"SafetensorError", "HeaderTooLarge", "MetadataIncompleteBuffer"} or "deserializ" in str(err):
-                raise OSError(
-                    f"the drafter weights in {pretrained_model_name_or_path!r} could not be read ({err}); "
-                    "the safetensors file is corrupt or truncated: re-download or re-save it"
-                ) from err
-            raise
+        if stored.get("weight_storage") == INT8_STORAGE:
+            model = _from_int8(cls, pretrained_model_name_or_path, stored, kwargs)
+        else:
+            kwargs["use_safetensors"] = True
+            try:
+                model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+            except Exception as err:  # make corrupt / truncated weight files say so
+                if type(err).__name__ in {"SafetensorError", "HeaderTooLarge", "MetadataIncompleteBuffer"} or "deserializ" in str(err):
+                    raise OSError(
+                        f"the drafter weights in {pretrained_model_name_or_path!r} could not be read ({err}); "
+                        "the safetensors file is corrupt or truncated: re-download or re-save it"
+                    ) from err
+                raise
         if drafting_config is None:
             drafting_config = _load_drafting_config(pretrained_model_name_or_path, kwargs)
         model.drafting_config = drafting_config.replace(**options)
@@ -536,7 +531,8 @@ def _load_acceptance_model(name_or_path, kwargs):
 
 
 def _stored_config(name_or_path, kwargs) -> dict:
-    """The folder's ``config.json`` as a dict ({} when absent)."""
+    """The folder's ``config.json`` as a dict ({} when absent): it tells our own format, int8 storage
+    and DFlash / MuseGlimmerAssistant checkpoints (:func:`~hf_jetspec.dflash.checkpoint_format`) apart."""
     import json
 
     path = _companion_file(name_or_path, "config.json", kwargs)
@@ -567,11 +563,12 @@ def _store_int8(folder) -> None:
         f.write("\n")
 
 
-def _from_int8(cls, name_or_path, kwargs) -> "JetSpecDrafter":
-    """Build a drafter from an int8-stored folder: dequantise to the stored (or requested) dtype."""
+def _from_int8(cls, name_or_path, stored: dict, kwargs) -> "JetSpecDrafter":
+    """Build a drafter from an int8-stored folder (``stored``: its ``config.json``): dequantise to the
+    stored (or requested) dtype."""
     from .weight_storage import unpack_int8
 
-    config_dict = {k: v for k, v in _stored_config(name_or_path, kwargs).items() if k != "weight_storage"}
+    config_dict = {k: v for k, v in stored.items() if k != "weight_storage"}
     config = cls.config_class.from_dict(config_dict)
     dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
     if dtype in (None, "auto"):
@@ -589,20 +586,6 @@ def _from_int8(cls, name_or_path, kwargs) -> "JetSpecDrafter":
     if kwargs.get("device_map") not in (None, "auto"):
         model.to(kwargs["device_map"])
     return model.eval()
-
-
-def _foreign_checkpoint(name_or_path, kwargs) -> dict | None:
-    """The ``config.json`` contents of a DFlash / MuseGlimmerAssistant checkpoint, or None for our own format."""
-    import json
-
-    from .dflash import checkpoint_format
-
-    path = _companion_file(name_or_path, "config.json", kwargs)
-    if path is None:
-        return None
-    with open(path) as f:
-        config = json.load(f)
-    return None if checkpoint_format(config) == "jetspec" else config
 
 
 def _foreign_state_dict(name_or_path, kwargs) -> dict:

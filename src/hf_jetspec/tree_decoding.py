@@ -23,7 +23,28 @@ import torch
 
 from .jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
 from .stats import GenerationStats
-from .tree import DraftTree, accept_greedy, accept_sampled, best_first_tree, sibling_tree, tree_attention_mask, tree_positions
+from .policy import (
+    CostModel,
+    DraftGate,
+    NgramIndex,
+    choose_tree_size,
+    choose_verify_length,
+    cost_profile_for,
+    node_features,
+    propose_ngram,
+)
+from .tree import (
+    DraftTree,
+    accept_greedy,
+    accept_sampled,
+    best_first_tree,
+    chain_tree,
+    ranked_tree,
+    sibling_tree,
+    tree_attention_mask,
+    tree_positions,
+    truncate_tree,
+)
 
 
 @dataclass
@@ -166,8 +187,6 @@ class TreeRoundPolicy:
     """
 
     def __init__(self, target, drafter, options):
-        from .policy import CostModel, DraftGate, NgramIndex, cost_profile_for
-
         self.options = options
         self.drafter = drafter
         sizes, seconds = cost_profile_for(target, options.budget)
@@ -186,9 +205,6 @@ class TreeRoundPolicy:
 
         ``draft(seed)`` drafts the block (seeded with an n-gram continuation, or not) and returns
         ``(TopkDraft, branches or None, passes)``."""
-        from .policy import choose_tree_size, choose_verify_length, node_features, propose_ngram
-        from .tree import chain_tree, ranked_tree, truncate_tree
-
         opts = self.options
         self.index.extend(input_ids[0, len(self.index.tokens) :].tolist())
         costs = self.cost.verify_costs(opts.budget - 1)
