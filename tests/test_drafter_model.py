@@ -8,6 +8,7 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModel
 
 from hf_jetspec import DraftingConfig, JetSpecDrafter, JetSpecDrafterConfig
+from hf_jetspec.modeling_drafter import mlp_neuron_ranking
 from helpers import tiny_llama, tiny_qwen2
 
 
@@ -149,6 +150,27 @@ def test_init_layers_from_target():
     assert torch.equal(drafter.layers[-1].self_attn.q_proj.weight, top.self_attn.q_proj.weight)
     assert torch.equal(drafter.layers[-1].self_attn.q_proj.bias, top.self_attn.q_proj.bias)
     assert torch.equal(drafter.layers[0].mlp.down_proj.weight, target.model.layers[-2].mlp.down_proj.weight)
+
+
+def test_mlp_neuron_ranking_by_hand():
+    # neuron scores |gate_i| * |up_i| * |down_:,i|: 1*1*1 = 1, 2*1*3 = 6, 1*2*1 = 2
+    gate = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 0.0]])
+    up = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 2.0]])
+    down = torch.tensor([[1.0, 3.0, 0.0], [0.0, 0.0, 1.0]])
+    assert mlp_neuron_ranking(gate, up, down).tolist() == [1, 2, 0]
+
+
+def test_init_layers_from_target_with_a_narrower_mlp():
+    target = tiny_qwen2()
+    top = target.model.layers[-1].mlp
+    width = top.down_proj.weight.shape[1] // 2
+    drafter = JetSpecDrafter.for_target(target, num_hidden_layers=1, intermediate_size=width, init_layers_from_target=True)
+    keep = mlp_neuron_ranking(top.gate_proj.weight, top.up_proj.weight, top.down_proj.weight)[:width].sort().values
+    mine = drafter.layers[0].mlp
+    assert torch.equal(mine.gate_proj.weight, top.gate_proj.weight[keep])
+    assert torch.equal(mine.up_proj.weight, top.up_proj.weight[keep])
+    assert torch.equal(mine.down_proj.weight, top.down_proj.weight[:, keep])
+    assert torch.equal(drafter.layers[0].self_attn.o_proj.weight, target.model.layers[-1].self_attn.o_proj.weight)
 
 
 def test_training_forward_matches_incremental_drafting(trained_llama):

@@ -85,6 +85,7 @@ class BenchConfig:
     tie_margin_items: int = 4
     fp32_head: bool = False
     tree: str | None = None  # drafting_config.tree of every jetspec method ("auto"; None: chains)
+    tree_top_k: int | None = None  # drafting_config.tree_top_k: candidates per depth a tree may branch into
 
     def __post_init__(self):
         self.methods = tuple(self.methods)
@@ -290,6 +291,7 @@ def load_bench(config: BenchConfig) -> BenchSetup:
             "pipeline": config.pipeline,
             "policy": config.policy,
             "tree": config.tree,
+            "tree_top_k": config.tree_top_k,
         }
         drafter.drafting_config = drafter.drafting_config.replace(**{k: v for k, v in changes.items() if v is not None})
         for name in variants:

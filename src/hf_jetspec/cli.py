@@ -121,6 +121,7 @@ def cmd_bench(args) -> int:
         tie_margin_items=args.tie_margin_items,
         fp32_head=args.fp32_head,
         tree=None if args.tree == "off" else args.tree,
+        tree_top_k=args.tree_top_k,
     )
     result = run_bench(config)
     print(markdown_table(result))
@@ -224,6 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--max-new-tokens", type=int, default=256)
     bench.add_argument("--methods", default="ar,prompt-lookup,jetspec", help="comma list of ar, prompt-lookup, jetspec, jetspec-fixed, jetspec-length, jetspec-ngram, jetspec-j0, jetspec-j1, jetspec-j2, jetspec-tree, jetspec-tree-branched, jetspec-tree-policy, jetspec-tree-branched-policy, assisted, hf-dflash")
     bench.add_argument("--tree", default="off", choices=["off", "auto"], help="tree verification for every jetspec method")
+    bench.add_argument("--tree-top-k", type=int, default=None,
+                       help="candidates per depth a tree may branch into (default: the drafter's drafting_config)")
     bench.add_argument("--assistant", default=None, help="assistant model for 'assisted' (default: the 0.5B model for qwen2.5-coder-1.5b)")
     bench.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     bench.add_argument("--jacobi-passes", type=int, default=None)

@@ -109,12 +109,23 @@ class JetSpecDrafter(PreTrainedModel):
 
     @torch.no_grad()
     def init_layers_from_target(self, target) -> None:
-        """Copy the target's top ``num_hidden_layers`` decoder layers into the drafter layers."""
+        """Copy the target's top ``num_hidden_layers`` decoder layers into the drafter layers.
+
+        A drafter with a narrower MLP than the target keeps the target's most important neurons
+        (:func:`mlp_neuron_ranking`), so a small drafter still starts from the target's own weights."""
         src = target_decoder_layers(target)
         top = list(src)[-len(self.layers) :]
         for mine, theirs in zip(self.layers, top):
             state = {k: v for k, v in theirs.state_dict().items()}
             own = mine.state_dict()
+            width = own["mlp.down_proj.weight"].shape[1]
+            if "mlp.down_proj.weight" in state and state["mlp.down_proj.weight"].shape[1] > width:
+                keep = mlp_neuron_ranking(
+                    state["mlp.gate_proj.weight"], state["mlp.up_proj.weight"], state["mlp.down_proj.weight"]
+                )[:width].sort().values
+                for name in ("mlp.gate_proj.weight", "mlp.up_proj.weight"):
+                    state[name] = state[name].index_select(0, keep)
+                state["mlp.down_proj.weight"] = state["mlp.down_proj.weight"].index_select(1, keep)
             missing = [k for k in own if k not in state or state[k].shape != own[k].shape]
             # per-head q/k norms the target lacks keep their identity-scale initialisation
             missing = [k for k in missing if not (k.startswith(("self_attn.q_norm.", "self_attn.k_norm.")) and k not in state)]
@@ -487,6 +498,15 @@ class JetSpecDrafter(PreTrainedModel):
         x = x.reshape(bsz, nb, gamma, -1)[:, :, skip:]
         logits = self.draft_logits(x)
         return JetSpecDrafterOutput(logits=logits, hidden_states=x if return_hidden_states else None)
+
+
+def mlp_neuron_ranking(gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+    """SwiGLU neurons ordered by importance, most important first.
+
+    A neuron ``i`` reads rows ``gate[i]`` and ``up[i]`` and writes column ``down[:, i]``; its score
+    is the product of the three norms, a bound on how much it can move the output for unit input."""
+    score = gate.float().norm(dim=1) * up.float().norm(dim=1) * down.float().norm(dim=0)
+    return torch.argsort(score, descending=True, stable=True)
 
 
 def with_trailing_mask_row(block_input_ids: torch.Tensor, noise_mask: torch.Tensor | None):
