@@ -7,7 +7,9 @@ import pytest
 from hf_jetspec.data import MissingDatasetError, iter_sharegpt, load_eval_prompts, sharegpt_chats
 
 
-@pytest.mark.parametrize("name,count,turns", [("gsm8k", 1319, 1), ("humaneval", 164, 1), ("mt-bench", 80, 2), ("aime25", 30, 1)])
+@pytest.mark.parametrize("name,count,turns", [
+    ("gsm8k", 1319, 1), ("humaneval", 164, 1), ("mt-bench", 80, 2), ("mt-bench-code-reasoning", 20, 2), ("aime25", 30, 1),
+])
 def test_eval_sets(name, count, turns):
     prompts = load_eval_prompts(name)
     assert len(prompts) == count and len({p.id for p in prompts}) == count
@@ -16,6 +18,12 @@ def test_eval_sets(name, count, turns):
     assert first == prompts[:5] == load_eval_prompts(name, limit=5)  # fixed, seeded selection
     assert load_eval_prompts(name, limit=5, seed=1) != first
     assert load_eval_prompts(name, limit=3, offset=5) == prompts[5:8]
+
+
+def test_mt_bench_code_reasoning_is_the_coding_and_reasoning_questions():
+    subset = load_eval_prompts("mt-bench-code-reasoning")
+    assert sorted(p.meta["category"] for p in subset) == ["coding"] * 10 + ["reasoning"] * 10
+    assert {p.id for p in subset} <= {p.id for p in load_eval_prompts("mt-bench")}
 
 
 def test_humaneval_prompt_contains_the_signature():

@@ -123,6 +123,11 @@ def _mt_bench() -> list[EvalPrompt]:
     return [EvalPrompt(f"mt-bench-{r['question_id']}", tuple(r["turns"]), "mt-bench", {"category": r.get("category")}) for r in rows]
 
 
+def _mt_bench_code_reasoning() -> list[EvalPrompt]:
+    """MT-Bench's coding and reasoning questions (10 each): the subset a code model is judged on."""
+    return [p for p in _mt_bench() if p.meta.get("category") in ("coding", "reasoning")]
+
+
 def _aime25() -> list[EvalPrompt]:
     out = []
     for part in ("I", "II"):
@@ -148,15 +153,22 @@ def _local_jsonl(path: str | os.PathLike) -> list[EvalPrompt]:
     return out
 
 
-EVAL_SETS = {"gsm8k": _gsm8k, "humaneval": _humaneval, "mt-bench": _mt_bench, "aime25": _aime25}
-EVAL_SIZES = {"gsm8k": 1319, "humaneval": 164, "mt-bench": 80, "aime25": 30}
+EVAL_SETS = {
+    "gsm8k": _gsm8k,
+    "humaneval": _humaneval,
+    "mt-bench": _mt_bench,
+    "mt-bench-code-reasoning": _mt_bench_code_reasoning,
+    "aime25": _aime25,
+}
+EVAL_SIZES = {"gsm8k": 1319, "humaneval": 164, "mt-bench": 80, "mt-bench-code-reasoning": 20, "aime25": 30}
 
 
 def load_eval_prompts(name_or_path: str, limit: int | None = None, seed: int = 0, offset: int = 0) -> list[EvalPrompt]:
     """Evaluation prompts: a fixed, seeded selection (the first ``limit`` of a shuffle by ``seed``,
     after skipping ``offset``; held-out calibration/training prompts can take a later slice).
 
-    ``name_or_path``: ``gsm8k``, ``humaneval``, ``mt-bench``, ``aime25``, or a local JSONL file
+    ``name_or_path``: ``gsm8k``, ``humaneval``, ``mt-bench``, ``mt-bench-code-reasoning`` (its coding and
+    reasoning questions), ``aime25``, or a local JSONL file
     (``{"prompt": ...}``, ``{"messages": [...]}`` or ``{"turns": [...]}`` per line). MBPP,
     MATH-500 and LiveCodeBench are not installable here: pass them as local JSONL files.
     """
