@@ -1,8 +1,11 @@
-"""Export a trained drafter as a Hub-ready folder: fp16 safetensors, drafting options, model card.
+"""Export a trained drafter as a Hub-ready folder: fp16/bf16 (or int8-stored) safetensors, drafting options, model card.
 
     python examples/export_drafter.py --checkpoint runs/smollm2-corpus-jacobi/final \
         --output hub_cards/jetspec-smollm2-135m --bench benchmarks/results/smollm2_gsm8k.json \
         --command "python examples/train_drafter.py ..."
+
+``--weight-storage int8`` stores the large matrices as int8 with one scale per output channel
+(dequantised at load to the stored dtype), about half the size of fp16.
 
 The card records the training data, recipe and command, and the acceptance length measured by
 `hf-jetspec bench` (read from the given bench JSON files).
@@ -27,7 +30,7 @@ tags:
 - jetspec
 - drafter
 datasets:
-- anon8231489123/ShareGPT_Vicuna_unfiltered
+- {dataset}
 ---
 
 # {name}
@@ -47,7 +50,7 @@ out = target.generate(input_ids, assistant_model=drafter, max_new_tokens=256, do
 ```
 
 The drafter shares the target's embeddings and LM head: they are not in this checkpoint
-({size_mb:.1f} MB of {dtype} weights, {params:.1f}M parameters).
+({size_mb:.1f} MB of {storage} weights, {params:.1f}M parameters).
 
 ## Architecture
 
@@ -120,19 +123,24 @@ def main() -> None:
     ap.add_argument("--bench", nargs="*", default=[], help="bench JSON files with a jetspec entry")
     ap.add_argument("--budget", type=int, default=None)
     ap.add_argument("--jacobi-passes", type=int, default=None)
+    ap.add_argument("--tree-top-k", type=int, default=None)
     ap.add_argument("--draft-vocab-from-sharegpt", type=int, default=None, metavar="N",
                     help="restrict drafting to the N most frequent tokens of the first 3000 ShareGPT responses")
+    ap.add_argument("--draft-vocab-note", default=None,
+                    help="how the checkpoint's own draft vocabulary was chosen (for the card)")
+    ap.add_argument("--dataset", default="anon8231489123/ShareGPT_Vicuna_unfiltered", help="the card's dataset tag")
+    ap.add_argument("--weight-storage", default=None, choices=["int8"], help="store the large matrices as int8")
     args = ap.parse_args()
 
     drafter = JetSpecDrafter.from_pretrained(args.checkpoint, dtype=torch.float32)
-    changes = {k: v for k, v in {"budget": args.budget, "num_jacobi_passes": args.jacobi_passes}.items() if v is not None}
+    changes = {k: v for k, v in {"budget": args.budget, "num_jacobi_passes": args.jacobi_passes, "tree_top_k": args.tree_top_k}.items() if v is not None}
     drafter.drafting_config = drafter.drafting_config.replace(**changes)
     if args.draft_vocab_from_sharegpt:
         drafter.restrict_draft_vocab(sharegpt_top_tokens(args.target_name, args.draft_vocab_from_sharegpt))
     drafter = drafter.to(getattr(torch, args.dtype))
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    drafter.save_pretrained(out)
+    drafter.save_pretrained(out, weight_storage=args.weight_storage)
     cfg = drafter.config
     size = (out / "model.safetensors").stat().st_size / 2**20
     card = CARD.format(
@@ -142,7 +150,8 @@ def main() -> None:
         repo_id=args.repo_id or out.name,
         layers=cfg.target_layer_ids,
         size_mb=size,
-        dtype=args.dtype,
+        storage=f"int8 (per-channel scales, dequantised to {args.dtype} at load)" if args.weight_storage else args.dtype,
+        dataset=args.dataset,
         params=sum(p.numel() for p in drafter.parameters()) / 1e6,
         num_layers=cfg.num_hidden_layers,
         hidden=cfg.hidden_size,
@@ -153,7 +162,8 @@ def main() -> None:
         block_size=cfg.block_size,
         slots=cfg.block_size - 1,
         drafting=drafter.drafting_config,
-        draft_vocab="full" if cfg.draft_vocab_size is None else f"{cfg.draft_vocab_size} most frequent tokens of ShareGPT responses",
+        draft_vocab="full" if cfg.draft_vocab_size is None else f"{cfg.draft_vocab_size} tokens: " + (
+            args.draft_vocab_note or "the most frequent tokens of ShareGPT responses"),
         training=args.training or "(not described)",
         command=args.command or "(not recorded)",
         measured=measured_table(args.bench),
@@ -161,7 +171,10 @@ def main() -> None:
             ["python examples/export_drafter.py --checkpoint <run>/final", f"--output hub_cards/{out.name}", f"--dtype {args.dtype}"]
             + ([f"--budget {args.budget}"] if args.budget is not None else [])
             + ([f"--jacobi-passes {args.jacobi_passes}"] if args.jacobi_passes is not None else [])
+            + ([f"--tree-top-k {args.tree_top_k}"] if args.tree_top_k is not None else [])
             + ([f"--draft-vocab-from-sharegpt {args.draft_vocab_from_sharegpt}"] if args.draft_vocab_from_sharegpt else [])
+            + ([f"--weight-storage {args.weight_storage}"] if args.weight_storage else [])
+            + ([f"--target-name {args.target_name}"] if args.target_name != "smollm2-135m" else [])
         ),
     )
     (out / "README.md").write_text(card)

@@ -71,6 +71,7 @@ EMBEDDED_TARGETS: dict[str, EmbeddedTarget] = {
             assembly="chunks",
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             size=1_117_320_768,
+            companion_drafter="jetspec-qwen2.5-coder-1.5b",
             aliases=("qwen2.5-coder-1.5b-instruct",),
         ),
         EmbeddedTarget(

@@ -1,0 +1,58 @@
+"""Acceptance length (tau) of several drafter folders on the same held-out prompts, side by side.
+
+    python benchmarks/drafter_tau.py --drafters hub_cards/jetspec-smollm2-135m,runs/smollm2-int8 \
+        --prompts gsm8k,humaneval,mt-bench --limit 10 --offset 100 --output benchmarks/results/drafter_tau.json
+
+For comparing two storages or two trainings of one drafter. tau is the drafter's alone (a full block
+every round, the round policy off), so it needs no timing and may run on a busy machine; every
+output is checked token for token against the target's own greedy output (use the float32 target
+for that to be a strict check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from hf_jetspec import JetSpecDrafter, load_target
+from hf_jetspec.bench import acceptance_on_items, build_items
+from hf_jetspec.data import load_eval_prompts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--drafters", required=True, help="comma list of drafter folders")
+    ap.add_argument("--target", default="smollm2-135m")
+    ap.add_argument("--prompts", default="gsm8k,humaneval,mt-bench", help="comma list of prompt sets")
+    ap.add_argument("--limit", type=int, default=10)
+    ap.add_argument("--offset", type=int, default=100, help="skip the sets' first prompts (the bench uses them)")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--jacobi-passes", type=int, default=1)
+    ap.add_argument("--budget", type=int, default=16)
+    ap.add_argument("--dtype", default="float32", choices=["auto", "bfloat16", "float32"], help="the target's dtype")
+    ap.add_argument("--output", required=True)
+    args = ap.parse_args()
+
+    target, tok = load_target(args.target, dtype=args.dtype)
+    folders = args.drafters.split(",")
+    drafters = {f: JetSpecDrafter.from_pretrained(f).eval() for f in folders}
+    for drafter in drafters.values():
+        drafter.attach_target(target)
+    rows = []
+    for name in args.prompts.split(","):
+        items = build_items(tok, target, load_eval_prompts(name, limit=args.limit, offset=args.offset), args.max_new_tokens)
+        refs: dict = {}
+        row = {"prompts": name, "items": len(items)}
+        for folder, drafter in drafters.items():
+            row[folder] = acceptance_on_items(target, drafter, items, args.max_new_tokens, refs,
+                                              num_jacobi_passes=args.jacobi_passes, budget=args.budget, policy=False, tree=None)
+        rows.append(row)
+        print(json.dumps(row))
+    out = {"config": vars(args), "rows": rows}
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
