@@ -1,7 +1,7 @@
 """Acceptance length (tau) of several drafter folders on the same held-out prompts, side by side.
 
     python benchmarks/drafter_tau.py --drafters hub_cards/jetspec-smollm2-135m,runs/smollm2-int8 \
-        --prompts gsm8k,humaneval,mt-bench --limit 10 --offset 100 --output benchmarks/results/drafter_tau.json
+        --prompts gsm8k:100,humaneval:100,mt-bench:60 --limit 10 --output benchmarks/results/drafter_tau.json
 
 For comparing two storages or two trainings of one drafter. tau is the drafter's alone (a full block
 every round, the round policy off), so it needs no timing and may run on a busy machine; every
@@ -24,9 +24,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--drafters", required=True, help="comma list of drafter folders")
     ap.add_argument("--target", default="smollm2-135m")
-    ap.add_argument("--prompts", default="gsm8k,humaneval,mt-bench", help="comma list of prompt sets")
+    ap.add_argument("--prompts", default="gsm8k:100,humaneval:100,mt-bench:60",
+                    help="comma list of SET:OFFSET; the offsets skip the prompts the bench uses")
     ap.add_argument("--limit", type=int, default=10)
-    ap.add_argument("--offset", type=int, default=100, help="skip the sets' first prompts (the bench uses them)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--jacobi-passes", type=int, default=1)
     ap.add_argument("--budget", type=int, default=16)
@@ -40,10 +40,14 @@ def main() -> None:
     for drafter in drafters.values():
         drafter.attach_target(target)
     rows = []
-    for name in args.prompts.split(","):
-        items = build_items(tok, target, load_eval_prompts(name, limit=args.limit, offset=args.offset), args.max_new_tokens)
+    for spec in args.prompts.split(","):
+        name, _, offset = spec.partition(":")
+        prompts = load_eval_prompts(name, limit=args.limit, offset=int(offset or 0))
+        if not prompts:
+            raise SystemExit(f"{spec!r} selects no prompts (the offset is past the end of the set)")
+        items = build_items(tok, target, prompts, args.max_new_tokens)
         refs: dict = {}
-        row = {"prompts": name, "items": len(items)}
+        row = {"prompts": spec, "items": len(items)}
         for folder, drafter in drafters.items():
             row[folder] = acceptance_on_items(target, drafter, items, args.max_new_tokens, refs,
                                               num_jacobi_passes=args.jacobi_passes, budget=args.budget, policy=False, tree=None)

@@ -80,3 +80,49 @@ class DraftGate:
         elif probing:
             self.probe = min(2 * self.probe, self.max_probe)
         self.since_draft = 0
+
+
+def drafting_pays(free: VerifyChoice, gain: float, extra_cost_s: float) -> bool:
+    """Whether ``gain`` more committed tokens for ``extra_cost_s`` more seconds beat ``free``'s rate.
+
+    ``free`` is the round without the drafter (the n-gram chain, or a plain step). Adding the
+    drafter's nodes pays when ``(E + gain) / (c + extra) > E / c``, i.e. when the drafter's own
+    rate ``gain / extra`` beats the round's: the stronger the free proposal, the more a drafter
+    pass has to add."""
+    return (free.expected_tokens + gain) / (free.cost_s + extra_cost_s) > free.rate * (1 + 1e-9)
+
+
+class GainGate:
+    """The draft gate of tree rounds, where a drafter pass adds its nodes to the n-gram branch.
+
+    ``gain`` is the running mean of what drafted rounds committed beyond the n-gram nodes on their
+    accepted paths (realised, not estimated). ``should_draft(free, extra_cost_s)`` opens when that
+    gain pays for the pass this round (:func:`drafting_pays`), or when a probe is due, with the same
+    doubling back-off as :class:`DraftGate`; ``observe(gain, free, extra_cost_s)`` records a
+    drafted round and resets the back-off when its own gain paid.
+    """
+
+    def __init__(self, ema: float = 0.2, min_probe: int = 2, max_probe: int = 32):
+        self.ema = ema
+        self.min_probe = min_probe
+        self.max_probe = max_probe
+        self.gain: float | None = None
+        self.probe = min_probe
+        self.since_draft = 0
+
+    def should_draft(self, free: VerifyChoice, extra_cost_s: float) -> bool:
+        if self.gain is None or drafting_pays(free, self.gain, extra_cost_s):
+            return True
+        return self.since_draft + 1 >= self.probe
+
+    def skipped(self) -> None:
+        self.since_draft += 1
+
+    def observe(self, gain: float, free: VerifyChoice, extra_cost_s: float) -> None:
+        probing = self.gain is not None and not drafting_pays(free, self.gain, extra_cost_s)
+        self.gain = gain if self.gain is None else (1 - self.ema) * self.gain + self.ema * gain
+        if drafting_pays(free, gain, extra_cost_s):
+            self.probe = self.min_probe
+        elif probing:
+            self.probe = min(2 * self.probe, self.max_probe)
+        self.since_draft = 0
