@@ -11,7 +11,6 @@ from hf_jetspec.policy import (
     Candidate,
     CostModel,
     DraftGate,
-    GainGate,
     NgramIndex,
     NgramProposal,
     OutputMemory,
@@ -20,7 +19,6 @@ from hf_jetspec.policy import (
     best_candidate,
     choose_tree_size,
     choose_verify_length,
-    drafting_pays,
     expected_committed,
     expected_committed_tree,
     fit_acceptance,
@@ -29,7 +27,6 @@ from hf_jetspec.policy import (
     propose_ngram,
     score_bin,
 )
-from hf_jetspec.policy.verify_length import VerifyChoice
 
 
 # ---------------------------------------------------------------------- verify-length selection
@@ -212,34 +209,6 @@ def test_draft_gate_closes_and_probes_with_backoff():
     assert closed[:5] == [2, 4, 8, 8, 8]  # probe intervals double up to the cap
     gate.observe(2.0, free_rate=1.0)  # a probe that paid opens the gate
     assert gate.should_draft(1.0) and gate.probe == 2
-
-
-def test_drafting_pays_by_hand():
-    plain = VerifyChoice(0, 1.0, 0.04)  # 25 tok/s without the drafter
-    assert drafting_pays(plain, gain=0.3, extra_cost_s=0.01)  # 1.3 / 0.05 = 26 tok/s
-    ngram = VerifyChoice(3, 2.0, 0.04)  # a strong n-gram chain: 50 tok/s
-    assert not drafting_pays(ngram, gain=0.3, extra_cost_s=0.01)  # 2.3 / 0.05 = 46 tok/s
-    assert not drafting_pays(ngram, gain=0.5, extra_cost_s=0.01)  # 2.5 / 0.05 = 50: a tie does not pay
-    assert drafting_pays(ngram, gain=0.6, extra_cost_s=0.01)  # 2.6 / 0.05 = 52
-
-
-def test_gain_gate_weighs_the_drafters_gain_against_this_rounds_free_rate():
-    weak, strong, extra = VerifyChoice(0, 1.0, 0.04), VerifyChoice(3, 2.0, 0.04), 0.01
-    gate = GainGate(ema=1.0, min_probe=2, max_probe=8)
-    assert gate.should_draft(strong, extra)  # nothing known yet
-    gate.observe(0.4, strong, extra)  # 2.4 / 0.05 = 48 < 50 tok/s: did not pay against a strong n-gram
-    assert gate.gain == pytest.approx(0.4)
-    assert gate.should_draft(weak, extra)  # 1.4 / 0.05 = 28 > 25: pays where the n-gram is weak
-    closed = []
-    for _ in range(40):
-        if gate.should_draft(strong, extra):
-            closed.append(gate.since_draft + 1)
-            gate.observe(0.4, strong, extra)
-        else:
-            gate.skipped()
-    assert closed[:5] == [2, 4, 8, 8, 8]  # probe intervals double up to the cap
-    gate.observe(1.0, strong, extra)  # 3 / 0.05 = 60 > 50: a probe that paid opens the gate
-    assert gate.should_draft(strong, extra) and gate.probe == 2
 
 
 # ---------------------------------------------------------------------- acceptance model

@@ -25,7 +25,7 @@ from .jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
 from .stats import GenerationStats
 from .policy import (
     CostModel,
-    GainGate,
+    DraftGate,
     NgramIndex,
     choose_tree_size,
     choose_verify_length,
@@ -175,9 +175,7 @@ class TreeRoundPolicy:
     """The round policy for tree rounds (``drafting_config.policy``): what to verify and how much.
 
     Each round it looks up the n-gram continuation (the same sources as chain rounds), decides with
-    the :class:`~hf_jetspec.policy.GainGate` whether the drafter is worth a pass (what drafted rounds
-    committed beyond their n-gram nodes, against this round's free rate and the measured cost of a
-    drafted round's planning and larger verification), and if it runs,
+    the :class:`~hf_jetspec.policy.DraftGate` whether the drafter is worth a pass, and if it runs,
     builds one best-first tree from the drafter's candidates (their acceptance estimates through the
     drafter's calibration) with the n-gram continuation grafted in as a branch of its own. The node
     count ``n`` is the prefix of that tree with the most expected committed tokens per second under
@@ -193,7 +191,7 @@ class TreeRoundPolicy:
         self.drafter = drafter
         sizes, seconds = cost_profile_for(target, options.budget)
         self.cost = CostModel(sizes, seconds)
-        self.gate = GainGate()
+        self.gate = DraftGate()
         self.index = NgramIndex(max_ngram=options.max_ngram)
         self.memory = drafter.output_memory if options.output_memory else None
         self.acceptance = drafter.acceptance_model
@@ -201,7 +199,6 @@ class TreeRoundPolicy:
         self._proposal = None
         self._ngram_nodes: list[int] = []
         self._scored: list[tuple[float, int]] = []  # (raw score, node) of the verified drafter nodes
-        self._gate_round = None  # (free choice, extra cost) of a drafted round, for the gate
 
     def plan(self, input_ids, max_depth: int, draft):
         """This round's tree and its source (``"plain"``, ``"ngram"`` or ``"drafter"``).
@@ -217,14 +214,12 @@ class TreeRoundPolicy:
             probs = self.drafter.output_memory.accept_probs(proposal)
             chain = [(proposal.tokens, probs)]
             free = choose_verify_length(probs, costs)
-        self._proposal, self._ngram_nodes, self._scored, self._gate_round = proposal, [], [], None
-        # a drafted round costs its passes and planning, and verifies a tree that mostly fills the budget
-        passes = 1 + opts.num_jacobi_passes + int(bool(opts.tree_branches))
-        extra = self.cost.draft_cost(passes) + max(0.0, costs[-1] - costs[free.length])
-        if max_depth > 0 and self.gate.should_draft(free, extra):
+        self._proposal, self._ngram_nodes, self._scored = proposal, [], []
+        if max_depth > 0 and self.gate.should_draft(free.rate):
             t0 = time.perf_counter()
             seed = proposal.tokens if (proposal is not None and opts.ngram_seed) else []
             topk, branches, passes = draft(seed)
+            self.cost.observe_draft(passes, time.perf_counter() - t0)
             table = self.acceptance.accept_probs(node_features(topk.probs, topk.agreed))
             if branches is not None:  # re-drafted subtrees: their own probabilities, never "agreed"
                 b_ids, b_probs = branches
@@ -238,12 +233,12 @@ class TreeRoundPolicy:
             drafted = self.calibration("drafter", ranked.scores)
             expected = [s if ngram else d for s, d, ngram in zip(ranked.scores, drafted, ranked.from_chain)]
             choice = choose_tree_size(expected, costs)
+            value = choose_tree_size(expected, costs, draft_cost=self.cost.draft_cost(passes)).rate
+            self.gate.observe(value, free.rate)
             if chain:
                 self._ngram_nodes = [i for i in ranked.chain_nodes[0] if i < choice.length]
             n = choice.length
             self._scored = [(s, i) for i, (s, ngram) in enumerate(zip(ranked.scores[:n], ranked.from_chain[:n])) if not ngram]
-            self._gate_round = (free, extra)
-            self.cost.observe_draft(passes, time.perf_counter() - t0)  # the pass and the planning around it
             return truncate_tree(ranked.tree, n), "drafter"
         if max_depth > 0:
             self.gate.skipped()
@@ -255,8 +250,6 @@ class TreeRoundPolicy:
     def observe(self, nodes: int, accepted: list[int], seconds: float) -> None:
         """The round verified ``nodes`` nodes in ``seconds`` and accepted the path ``accepted``."""
         self.cost.observe_verify(nodes + 1, seconds)
-        if self._gate_round is not None:  # what the drafter added: the accepted path beyond the n-gram nodes
-            self.gate.observe(len(set(accepted) - set(self._ngram_nodes)), *self._gate_round)
         if self._scored:
             on_path = set(accepted)
             self.calibration.observe("drafter", [s for s, _ in self._scored], [i in on_path for _, i in self._scored])

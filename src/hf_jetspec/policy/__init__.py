@@ -3,7 +3,7 @@
 from .acceptance import ACCEPTANCE_CALIBRATION_NAME, AcceptanceModel, AcceptanceRecord, acceptance_features, fit_acceptance, node_features
 from .cost_model import CostModel, cost_profile_for, interpolate_monotone, profile_forward_cost
 from .ngram import NgramIndex, NgramProposal, OutputMemory, propose_ngram
-from .round_policy import Candidate, DraftGate, GainGate, RoundChoice, best_candidate, drafting_pays
+from .round_policy import Candidate, DraftGate, RoundChoice, best_candidate
 from .score_calibration import ScoreCalibration, score_bin
 from .verify_length import VerifyChoice, choose_tree_size, choose_verify_length, expected_committed, expected_committed_tree
 
@@ -14,7 +14,6 @@ __all__ = [
     "Candidate",
     "CostModel",
     "DraftGate",
-    "GainGate",
     "NgramIndex",
     "NgramProposal",
     "OutputMemory",
@@ -26,7 +25,6 @@ __all__ = [
     "choose_tree_size",
     "choose_verify_length",
     "cost_profile_for",
-    "drafting_pays",
     "expected_committed",
     "expected_committed_tree",
     "fit_acceptance",
