@@ -124,6 +124,7 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=None)
     ap.add_argument("--jacobi-passes", type=int, default=None)
     ap.add_argument("--tree-top-k", type=int, default=None)
+    ap.add_argument("--tree-jacobi-passes", type=int, default=None, help="Jacobi passes in tree rounds (default: --jacobi-passes)")
     ap.add_argument("--draft-vocab-from-sharegpt", type=int, default=None, metavar="N",
                     help="restrict drafting to the N most frequent tokens of the first 3000 ShareGPT responses")
     ap.add_argument("--draft-vocab-note", default=None,
@@ -133,7 +134,8 @@ def main() -> None:
     args = ap.parse_args()
 
     drafter = JetSpecDrafter.from_pretrained(args.checkpoint, dtype=torch.float32)
-    changes = {k: v for k, v in {"budget": args.budget, "num_jacobi_passes": args.jacobi_passes, "tree_top_k": args.tree_top_k}.items() if v is not None}
+    changes = {k: v for k, v in {"budget": args.budget, "num_jacobi_passes": args.jacobi_passes, "tree_top_k": args.tree_top_k,
+                                  "tree_jacobi_passes": args.tree_jacobi_passes}.items() if v is not None}
     drafter.drafting_config = drafter.drafting_config.replace(**changes)
     if args.draft_vocab_from_sharegpt:
         drafter.restrict_draft_vocab(sharegpt_top_tokens(args.target_name, args.draft_vocab_from_sharegpt))
@@ -172,6 +174,7 @@ def main() -> None:
             + ([f"--budget {args.budget}"] if args.budget is not None else [])
             + ([f"--jacobi-passes {args.jacobi_passes}"] if args.jacobi_passes is not None else [])
             + ([f"--tree-top-k {args.tree_top_k}"] if args.tree_top_k is not None else [])
+            + ([f"--tree-jacobi-passes {args.tree_jacobi_passes}"] if args.tree_jacobi_passes is not None else [])
             + ([f"--draft-vocab-from-sharegpt {args.draft_vocab_from_sharegpt}"] if args.draft_vocab_from_sharegpt else [])
             + ([f"--weight-storage {args.weight_storage}"] if args.weight_storage else [])
             + ([f"--target-name {args.target_name}"] if args.target_name != "smollm2-135m" else [])

@@ -11,7 +11,7 @@ import torch
 from hf_jetspec.drafter_cache import BlockAttention, DrafterCache
 from hf_jetspec.foresight.calibration import ForesightCalibration, anchor_candidates, decoder_position_stats
 from hf_jetspec.foresight.outcomes import TopRows, outcome_scores, rank_outcomes, select_top_outcomes, top_outcomes
-from hf_jetspec.layers import RotaryTable, rotary_cos_sin
+from hf_jetspec.layers import RMSNorm, RotaryTable, rotary_cos_sin
 from hf_jetspec.numerics import log_normaliser
 from hf_jetspec.masks import context_block_mask, prefix_block_mask
 
@@ -72,6 +72,14 @@ def test_rotary_table_equals_direct_computation():
         cos, sin = table(positions, dtype)
         ref_cos, ref_sin = rotary_cos_sin(positions, 8, 10000.0, dtype)
         assert cos.dtype == dtype and torch.equal(cos, ref_cos) and torch.equal(sin, ref_sin)
+
+
+def test_rms_norm_hand_checked():
+    norm = RMSNorm(2, eps=0.0)
+    norm.weight.data = torch.tensor([1.0, 2.0])
+    x = torch.tensor([[3.0, 4.0]])  # rms = sqrt((9 + 16) / 2) = 5 / sqrt(2)
+    expected = torch.tensor([[3.0, 8.0]]) * (2**0.5) / 5
+    assert torch.allclose(norm(x), expected)
 
 
 # ------------------------------------------------------------------ sparse decoder rows

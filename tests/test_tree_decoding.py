@@ -85,6 +85,25 @@ def test_tree_rounds_with_an_often_accepting_drafter_are_exact(trained_llama, sh
         assert max(stats.tree_nodes) <= budget - 1
 
 
+@pytest.mark.parametrize("tree_passes, expected", [(None, 2), (0, 0), (1, 1)])
+def test_tree_rounds_run_their_own_jacobi_passes(trained_llama, fixed_costs, monkeypatch, tree_passes, expected):
+    target, drafter, prompts = trained_llama
+    seen, draft_topk = [], td.draft_topk
+
+    def recording(*args):
+        seen.append(args[6])  # passes
+        return draft_topk(*args)
+
+    monkeypatch.setattr(td, "draft_topk", recording)
+    with tree_options(drafter, tree="auto", budget=8, num_jacobi_passes=2, tree_jacobi_passes=tree_passes, policy=False):
+        assert drafter.drafting_config.tree_passes == expected
+        ref, out = greedy_pair(target, drafter, prompts[:1], max_new_tokens=24)
+        assert torch.equal(ref, out)
+    assert seen and set(seen) == {expected}
+    with pytest.raises(ValueError, match="tree_jacobi_passes"):
+        DraftingConfig(tree_jacobi_passes=-1)
+
+
 @pytest.mark.parametrize("policy", [False, True])
 @pytest.mark.parametrize("budget", [8, 16])
 def test_redrafted_branches_are_exact(trained_llama, budget, policy, fixed_costs):

@@ -17,7 +17,8 @@ Methods:
     jetspec-tree-policy    tree rounds under the round policy: drafting gated, the n-gram continuation grafted
                     in as a branch, the node count (0: a plain step) chosen from the cost model
     jetspec-tree-branched-policy  the same with the 3 re-drafted branches
-    jetspec-tree-policy-j0  tree rounds under the round policy with one drafter pass (no Jacobi pass)
+    jetspec-tree-policy-j0/j1  tree rounds under the round policy with one drafter pass (no Jacobi
+                    pass) / with one Jacobi pass, whatever the drafter's ``tree_jacobi_passes`` says
     assisted        transformers' classic assistant model (the 0.5B model for Qwen2.5-Coder-1.5B)
     hf-dflash       transformers' own DFlash generation (``speculation_type="dflash"``) with the same
                     drafter's weights converted to ``MuseGlimmerAssistantModel`` (a DFlash-layout drafter)
@@ -52,7 +53,8 @@ JETSPEC_VARIANTS = {
     "jetspec-tree-branched": {"tree": "auto", "tree_branches": 3, "policy": False},  # + the depth-1 alternatives' continuations re-drafted
     "jetspec-tree-policy": {"tree": "auto", "policy": True},  # the round policy: n-gram branch grafted, node count from the cost model
     "jetspec-tree-branched-policy": {"tree": "auto", "tree_branches": 3, "policy": True},
-    "jetspec-tree-policy-j0": {"tree": "auto", "policy": True, "num_jacobi_passes": 0},  # a tree reads its top-k off one pass
+    "jetspec-tree-policy-j0": {"tree": "auto", "policy": True, "tree_jacobi_passes": 0},  # a tree reads its top-k off one pass
+    "jetspec-tree-policy-j1": {"tree": "auto", "policy": True, "tree_jacobi_passes": 1},
 }
 METHODS = ("ar", "prompt-lookup", *JETSPEC_VARIANTS, "assisted", "hf-dflash")
 DEFAULT_ASSISTANTS = {"qwen2.5-coder-1.5b": "qwen2.5-coder-0.5b"}

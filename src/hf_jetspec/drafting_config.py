@@ -71,6 +71,10 @@ class DraftingConfig:
             static shape) every round verifies the full tree. Foresight does not apply to tree rounds.
         tree_top_k: candidates per position a tree may branch into (``"auto"``). 8 gave a higher tau than
             2, 3, 4 and 6 at budget 8 and than 4 at budget 16 (benchmarks/README.md).
+        tree_jacobi_passes: Jacobi passes in tree rounds (None: ``num_jacobi_passes``). Depth-1
+            candidates do not depend on them; deeper ones do. Where a drafter pass is a large share
+            of a target step one pass can be better: the shipped SmolLM2 drafter sets 0 (faster in
+            four SmolLM2 runs), the Qwen2.5-Coder-1.5B one keeps 1 (faster there); see benchmarks/README.md.
         tree_branches: with ``tree="auto"``, re-draft what follows the first ``tree_branches``
             depth-1 alternatives in one batched drafter pass, so that their subtrees hold the
             drafter's predictions after those tokens rather than after the top-1 one (0: off).
@@ -96,6 +100,7 @@ class DraftingConfig:
     tree: str | list[int] | None = None
     tree_top_k: int = 8
     tree_branches: int = 0
+    tree_jacobi_passes: int | None = None
 
     def __post_init__(self):
         self.validate()
@@ -107,6 +112,8 @@ class DraftingConfig:
             raise ValueError(f"num_jacobi_passes must be an int >= 0, got {self.num_jacobi_passes!r}")
         if not isinstance(self.cache_size, int) or self.cache_size < 1:
             raise ValueError(f"cache_size must be an int >= 1, got {self.cache_size!r}")
+        if self.tree_jacobi_passes is not None and (not isinstance(self.tree_jacobi_passes, int) or self.tree_jacobi_passes < 0):
+            raise ValueError(f"tree_jacobi_passes must be None or an int >= 0, got {self.tree_jacobi_passes!r}")
         if not isinstance(self.num_context_refreshes, int) or not 0 <= self.num_context_refreshes <= self.num_jacobi_passes:
             raise ValueError(
                 f"num_context_refreshes must be an int in 0..num_jacobi_passes ({self.num_jacobi_passes}): a refresh "
@@ -135,6 +142,11 @@ class DraftingConfig:
     @property
     def needs_foresight_models(self) -> bool:
         return self.foresight or self.num_context_refreshes > 0
+
+    @property
+    def tree_passes(self) -> int:
+        """Jacobi passes a tree round runs: ``tree_jacobi_passes``, else ``num_jacobi_passes``."""
+        return self.num_jacobi_passes if self.tree_jacobi_passes is None else self.tree_jacobi_passes
 
     @property
     def uses_policy(self) -> bool:

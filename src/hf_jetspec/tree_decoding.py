@@ -315,7 +315,7 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
         def draft(seed=()):
             flush()
             topk = draft_topk(drafter, dcache, anchor, input_ids[0, :-1].to(drafter.device), options.budget - 1,
-                              cur - 1, options.num_jacobi_passes, k, generator, seed)
+                              cur - 1, options.tree_passes, k, generator, seed)
             branches, passes = None, topk.passes
             if options.tree == "auto" and options.tree_branches and max_depth > 1:
                 alternatives = topk.ids[0, 1 : 1 + options.tree_branches]
