@@ -48,6 +48,29 @@ def test_bench_schema(tmp_path):
 
 
 @pytest.mark.slow
+def test_bench_baseline_drafter_runs_beside_jetspec(tmp_path):
+    """``jetspec-baseline`` generates with the second drafter (its own statistics), in the same run."""
+    from hf_jetspec import JetSpecDrafter, load_target
+    from hf_jetspec.bench import BenchConfig, run_bench
+
+    target, _ = load_target("smollm2-135m", dtype="float32")
+    JetSpecDrafter.for_target(target).save_pretrained(tmp_path / "untrained")
+    cfg = BenchConfig(prompts="gsm8k", limit=1, max_new_tokens=16, methods=("ar", "jetspec", "jetspec-baseline"), warmup_tokens=4,
+                      dtype="float32", policy=False, baseline_drafter=str(tmp_path / "untrained"))
+    m = run_bench(cfg, progress=False)["methods"]
+    assert m["jetspec"]["drafter"] == "drafter hub_cards/jetspec-smollm2-135m"
+    assert m["jetspec-baseline"]["drafter"].endswith("untrained")
+    assert m["jetspec"]["exact_match_vs_ar"] == m["jetspec-baseline"]["exact_match_vs_ar"] == 1.0
+    assert m["jetspec-baseline"]["drafting_config"]["policy"] is False  # the bench's options apply to both drafters
+    # the untrained drafter's full blocks are rarely accepted: its own statistics, not the shipped drafter's
+    assert m["jetspec-baseline"]["tau"] < m["jetspec"]["tau"]
+    with pytest.raises(ValueError, match="go together"):
+        BenchConfig(methods=("ar", "jetspec-baseline"))
+    with pytest.raises(ValueError, match="go together"):
+        BenchConfig(methods=("ar", "jetspec"), baseline_drafter="x")
+
+
+@pytest.mark.slow
 def test_bench_bf16_scores_divergences():
     """`bench --dtype bfloat16` writes the tie margin, the divergences and the tie-explained share per method."""
     from hf_jetspec.bench import BenchConfig, run_bench

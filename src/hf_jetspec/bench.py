@@ -19,6 +19,8 @@ Methods:
     jetspec-tree-branched-policy  the same with the 3 re-drafted branches
     jetspec-tree-policy-j0/j1  tree rounds under the round policy with one drafter pass (no Jacobi
                     pass) / with one Jacobi pass, whatever the drafter's ``tree_jacobi_passes`` says
+    jetspec-baseline  ``jetspec`` with another drafter (``--baseline-drafter``, e.g. the one a new drafter
+                    replaces), its own drafting options and calibration, so two drafters meet in one run
     assisted        transformers' classic assistant model (the 0.5B model for Qwen2.5-Coder-1.5B)
     hf-dflash       transformers' own DFlash generation (``speculation_type="dflash"``) with the same
                     drafter's weights converted to ``MuseGlimmerAssistantModel`` (a DFlash-layout drafter)
@@ -55,6 +57,7 @@ JETSPEC_VARIANTS = {
     "jetspec-tree-branched-policy": {"tree": "auto", "tree_branches": 3, "policy": True},
     "jetspec-tree-policy-j0": {"tree": "auto", "policy": True, "tree_jacobi_passes": 0},  # a tree reads its top-k off one pass
     "jetspec-tree-policy-j1": {"tree": "auto", "policy": True, "tree_jacobi_passes": 1},
+    "jetspec-baseline": {},  # the bench's jetspec options on the --baseline-drafter
 }
 METHODS = ("ar", "prompt-lookup", *JETSPEC_VARIANTS, "assisted", "hf-dflash")
 DEFAULT_ASSISTANTS = {"qwen2.5-coder-1.5b": "qwen2.5-coder-0.5b"}
@@ -90,6 +93,7 @@ class BenchConfig:
     fp32_head: bool = False
     tree: str | None = None  # drafting_config.tree of every jetspec method ("auto"; None: chains)
     tree_top_k: int | None = None  # drafting_config.tree_top_k: candidates per depth a tree may branch into
+    baseline_drafter: str | None = None  # the drafter of the jetspec-baseline method
 
     def __post_init__(self):
         self.methods = tuple(self.methods)
@@ -98,6 +102,8 @@ class BenchConfig:
             raise ValueError(f"unknown method(s) {sorted(unknown)}; choose from {METHODS}")
         if self.max_new_tokens < 1:
             raise ValueError("max_new_tokens must be >= 1")
+        if ("jetspec-baseline" in self.methods) != (self.baseline_drafter is not None):
+            raise ValueError("the jetspec-baseline method and --baseline-drafter go together: give both or neither")
 
 
 @dataclass
@@ -265,6 +271,7 @@ class BenchSetup:
     drafter: object = None
     assistant: object = None
     dflash_assistant: object = None  # hf-dflash: the drafter's weights as a MuseGlimmerAssistantModel
+    baseline: object = None  # jetspec-baseline: the other drafter
     memories: dict = field(default_factory=dict)
 
 
@@ -282,7 +289,7 @@ def load_bench(config: BenchConfig) -> BenchSetup:
     device = target.device
     prompts = load_eval_prompts(config.prompts, limit=config.limit, seed=config.seed, offset=config.offset)
     extra: dict = {}
-    drafter = assistant = dflash = None
+    drafter = assistant = dflash = baseline = None
     variants = [m for m in config.methods if m in JETSPEC_VARIANTS]
     if variants or "hf-dflash" in config.methods:
         drafter, what = load_drafter_for(target, config.target, config.drafter)
@@ -297,14 +304,19 @@ def load_bench(config: BenchConfig) -> BenchSetup:
             "tree": config.tree,
             "tree_top_k": config.tree_top_k,
         }
-        drafter.drafting_config = drafter.drafting_config.replace(**{k: v for k, v in changes.items() if v is not None})
+        changes = {k: v for k, v in changes.items() if v is not None}
+        drafter.drafting_config = drafter.drafting_config.replace(**changes)
+        if config.baseline_drafter is not None:
+            baseline, baseline_what = load_drafter_for(target, config.target, config.baseline_drafter)
+            baseline.drafting_config = baseline.drafting_config.replace(**changes)
         for name in variants:
-            options = drafter.drafting_config.replace(**JETSPEC_VARIANTS[name])
+            mine, mine_what = (baseline, baseline_what) if name == "jetspec-baseline" else (drafter, what)
+            options = mine.drafting_config.replace(**JETSPEC_VARIANTS[name])
             extra[name] = {
-                "drafter": what,
+                "drafter": mine_what,
                 "drafting_config": asdict(options),
-                "drafter_params_mb": _param_mb(drafter),
-                "acceptance_calibrated": drafter.acceptance_model.calibrated,
+                "drafter_params_mb": _param_mb(mine),
+                "acceptance_calibrated": mine.acceptance_model.calibrated,
             }
         if drafter.drafting_config.needs_foresight_models:
             from .targets import companion_adapter_path
@@ -312,6 +324,8 @@ def load_bench(config: BenchConfig) -> BenchSetup:
             adapter = config.adapter or companion_adapter_path(config.target)
             if adapter is None:
                 raise ValueError(f"foresight / context refresh need a foresight adapter: pass --adapter (none is shipped for {config.target!r})")
+            if baseline is not None:
+                raise ValueError("jetspec-baseline compares plain drafters: foresight options are not supported with it")
             drafter.attach_foresight(str(adapter))
             for name in variants:
                 extra[name]["adapter"] = str(config.adapter or Path(adapter).relative_to(Path(adapter).parents[1]))
@@ -338,7 +352,12 @@ def load_bench(config: BenchConfig) -> BenchSetup:
         gen_kwargs.update(temperature=config.temperature, top_k=0, top_p=1.0)
     else:
         gen_kwargs.update(temperature=None, top_k=None, top_p=None)
-    return BenchSetup(target, tokenizer, items, gen_kwargs, extra, drafter, assistant, dflash)
+    return BenchSetup(target, tokenizer, items, gen_kwargs, extra, drafter, assistant, dflash, baseline)
+
+
+def _drafter_of(setup: BenchSetup, name: str):
+    """The drafter a jetspec variant generates with."""
+    return setup.baseline if name == "jetspec-baseline" else setup.drafter
 
 
 def _use_method(setup: BenchSetup, config: BenchConfig, name: str) -> dict:
@@ -349,7 +368,7 @@ def _use_method(setup: BenchSetup, config: BenchConfig, name: str) -> dict:
         from .drafting_config import DraftingConfig
         from .policy import OutputMemory
 
-        drafter = setup.drafter
+        drafter = _drafter_of(setup, name)
         drafter.drafting_config = DraftingConfig(**setup.extra[name]["drafting_config"])
         drafter.output_memory = setup.memories.setdefault(name, OutputMemory())  # no variant learns from another's outputs
         return {"assistant_model": drafter}
@@ -406,7 +425,7 @@ def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True) -
             rec.outputs.append(tokens)
             rec.peak_memory_mb = max(rec.peak_memory_mb, peak)
             if name in JETSPEC_VARIANTS:
-                _add_generation_stats(rec, setup.drafter.generation_stats)
+                _add_generation_stats(rec, _drafter_of(setup, name).generation_stats)
             elif name != "ar":
                 # transformers' DFlash loop spends its first step on the prefill alone (no draft): count
                 # drafting rounds only, as the JetSpec statistics do

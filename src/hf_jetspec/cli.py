@@ -122,6 +122,7 @@ def cmd_bench(args) -> int:
         fp32_head=args.fp32_head,
         tree=None if args.tree == "off" else args.tree,
         tree_top_k=args.tree_top_k,
+        baseline_drafter=args.baseline_drafter,
     )
     result = run_bench(config)
     print(markdown_table(result))
@@ -219,11 +220,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="methods side by side on the same prompts, interleaved, saved as JSON + plot")
     bench.add_argument("--target", default="smollm2-135m")
     bench.add_argument("--drafter", default=None, help="drafter folder or Hub id (default: the one shipped for the target)")
+    bench.add_argument("--baseline-drafter", default=None,
+                       help="a second drafter (folder or Hub id) for the jetspec-baseline method, measured in the same run")
     bench.add_argument("--prompts", default="gsm8k", help="gsm8k | humaneval | mt-bench | aime25 | FILE.jsonl")
     bench.add_argument("--limit", type=int, default=20)
     bench.add_argument("--offset", type=int, default=0, help="skip this many prompts of the fixed shuffle first")
     bench.add_argument("--max-new-tokens", type=int, default=256)
-    bench.add_argument("--methods", default="ar,prompt-lookup,jetspec", help="comma list of ar, prompt-lookup, jetspec, jetspec-fixed, jetspec-length, jetspec-ngram, jetspec-j0, jetspec-j1, jetspec-j2, jetspec-tree, jetspec-tree-branched, jetspec-tree-policy, jetspec-tree-branched-policy, assisted, hf-dflash")
+    bench.add_argument("--methods", default="ar,prompt-lookup,jetspec", help="comma list of ar, prompt-lookup, jetspec, jetspec-fixed, jetspec-length, jetspec-ngram, jetspec-j0, jetspec-j1, jetspec-j2, jetspec-tree, jetspec-tree-branched, jetspec-tree-policy, jetspec-tree-branched-policy, jetspec-tree-policy-j0, jetspec-tree-policy-j1, jetspec-baseline, assisted, hf-dflash")
     bench.add_argument("--tree", default="off", choices=["off", "auto"], help="tree verification for every jetspec method")
     bench.add_argument("--tree-top-k", type=int, default=None,
                        help="candidates per depth a tree may branch into (default: the drafter's drafting_config)")
