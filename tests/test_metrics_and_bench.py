@@ -37,6 +37,7 @@ def test_bench_schema(tmp_path):
     assert saved["methods"]["ar"]["tau"] is None and saved["methods"]["jetspec"]["tau"] >= 1.0
     assert saved["methods"]["jetspec"]["draft_time_s"] > 0
     assert saved["config"]["num_items"] == 2  # both MT-Bench turns
+    assert all(len(m["seconds_per_item"]) == 2 and sum(m["seconds_per_item"]) == pytest.approx(m["seconds"]) for m in saved["methods"].values())
     assert {"torch", "transformers", "device", "threads"} <= saved["environment"].keys()
     assert "| jetspec |" in markdown_table(result)
     assert saved["config"]["target_dtype"] == "float32" and "native_bf16" in saved["environment"]

@@ -523,6 +523,7 @@ def summarise(config: BenchConfig, setup: BenchSetup, records: dict[str, MethodR
             "tokens_per_s": sum(rec.tokens) / sum(rec.seconds),
             "new_tokens": sum(rec.tokens),
             "seconds": sum(rec.seconds),
+            "seconds_per_item": rec.seconds,  # with ``outputs``: per-prompt speeds, e.g. over prompts where two methods wrote the same text
             "tau": None,
             "rounds": None,
             "accept_length_hist": None,

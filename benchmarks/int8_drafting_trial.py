@@ -1,0 +1,149 @@
+"""Trial: the drafter's matmuls in dynamic int8, eager and compiled, against bf16 (a J1 round at budget 16).
+
+    python benchmarks/int8_drafting_trial.py --drafter runs/smollm2-v1 --iters 30 --output benchmarks/results/int8_drafting_trial_smollm2.json
+
+Not an engine option: the drafter is patched here, in the benchmark. Every ``nn.Linear`` of its
+layers and its draft head multiply int8 activations (quantised per row on the fly) by int8 weights
+(per output channel) through ``torch._int_mm``. Timed as ``benchmarks/round_cost.py`` times drafting
+(median of interleaved calls, each right after an untimed bf16 target step over a 256-token GSM8K
+context): one J1 round (two drafter passes, no early stop) for bf16 and int8, eager and compiled
+(``compile_drafting``), against one plain target step. ``int8_draft_token_agreement`` is the share
+of draft tokens the int8 drafter drafts as the bf16 one does, over blocks along that context.
+"""
+
+import argparse
+import json
+import time
+import types
+
+import torch
+import torch.nn as nn
+from transformers import DynamicCache
+
+from hf_jetspec import JetSpecDrafter, load_target
+from hf_jetspec.data import load_eval_prompts
+
+ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+ap.add_argument("--drafter", default="hub_cards/jetspec-smollm2-135m")
+ap.add_argument("--iters", type=int, default=30)
+ap.add_argument("--output", required=True)
+args = ap.parse_args()
+torch.set_grad_enabled(False)
+torch.manual_seed(0)
+
+
+def int8_dyn(x, wq_t, w_scale):
+    shape = x.shape
+    xf = x.reshape(-1, shape[-1]).float()
+    s = xf.abs().amax(1, keepdim=True).clamp_min(1e-8) / 127
+    acc = torch._int_mm(torch.round(xf / s).to(torch.int8), wq_t)
+    return (acc.float() * s * w_scale).to(x.dtype).reshape(*shape[:-1], -1)
+
+
+class Int8Linear(nn.Module):
+    def __init__(self, lin):
+        super().__init__()
+        w = lin.weight.detach().float()
+        sc = w.abs().amax(1).clamp_min(1e-12) / 127
+        self.register_buffer("wq_t", torch.round(w / sc[:, None]).to(torch.int8).t().contiguous())
+        self.register_buffer("scale", sc)
+        self.bias = lin.bias
+
+    def forward(self, x):
+        y = int8_dyn(x, self.wq_t, self.scale)
+        return y if self.bias is None else y + self.bias
+
+
+def quantize(d):
+    for layer in d.layers:
+        for parent in (layer.self_attn, layer.mlp):
+            for name, mod in list(parent.named_children()):
+                if isinstance(mod, nn.Linear):
+                    setattr(parent, name, Int8Linear(mod))
+    head = d._head().detach().float()
+    sc = head.abs().amax(1).clamp_min(1e-12) / 127
+    hq = torch.round(head / sc[:, None]).to(torch.int8).t().contiguous()
+
+    def draft_logits(self, hidden):
+        return int8_dyn(self.norm(hidden), hq, sc)
+
+    d.draft_logits = types.MethodType(draft_logits, d)
+
+
+target, tok = load_target("smollm2-135m", dtype="bfloat16")
+prompt = load_eval_prompts("gsm8k", limit=1)[0].turns[0]
+ids = tok.apply_chat_template(
+    [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+)["input_ids"]
+n = 256
+ids = target.generate(ids, max_new_tokens=n + 1 - ids.shape[1], min_new_tokens=n + 1 - ids.shape[1], do_sample=False)[
+    :, : n + 1
+]
+out = target(ids[:, :-1], output_hidden_states=True)
+cache = DynamicCache(config=target.config)
+target(input_ids=ids[:, :n], cache=cache, use_cache=True)
+
+
+def step():
+    extra = cache.get_seq_length() - n
+    if extra > 0:
+        cache.crop(-extra)
+    target(input_ids=ids[:, n : n + 1], cache=cache, use_cache=True, position_ids=torch.tensor([[n]]))
+
+
+seq = ids[0]
+anchor = seq[n : n + 1]
+gen = torch.Generator().manual_seed(0)
+block = torch.cat([anchor, seq[:n][torch.randint(0, n, (14,), generator=gen)]])
+drafters = {}
+for name in ["bf16", "int8", "bf16-compiled", "int8-compiled"]:
+    d = JetSpecDrafter.from_pretrained(args.drafter)
+    d.attach_target(target)
+    if name.startswith("int8"):
+        quantize(d)
+    if name.endswith("compiled"):
+        d.compile_drafting()
+    states = torch.cat([out.hidden_states[i + 1] for i in d.config.target_layer_ids], -1)
+    c = d.new_cache()
+    d.append_context(c, states, torch.arange(n))
+    t0 = time.perf_counter()
+    d.draft_block(c, block, n)
+    drafters[name] = (d, c, round(time.perf_counter() - t0, 2))
+
+
+def round_(d, c):
+    dr = d.draft_block(c, block, n)
+    return d.draft_block(c, torch.cat([anchor, dr[:-1]]), n)
+
+
+fns = {"target_step": step, **{k: (lambda d=d, c=c: round_(d, c)) for k, (d, c, _) in drafters.items()}}
+for f in fns.values():
+    for _ in range(3):
+        step()
+        f()
+samples = {k: [] for k in fns}
+for _ in range(args.iters):
+    for k, f in fns.items():
+        step()
+        t = time.perf_counter()
+        f()
+        samples[k].append(time.perf_counter() - t)
+med = {k: sorted(v)[len(v) // 2] * 1e3 for k, v in samples.items()}
+res = {
+    "ms": {k: round(v, 3) for k, v in med.items()},
+    "share_of_step": {k: round(v / med["target_step"], 4) for k, v in med.items() if k != "target_step"},
+    "first_call_s": {k: v[2] for k, v in drafters.items()},
+}
+# agreement of draft tokens (int8 vs bf16) over blocks drawn from the context
+agree = tot = 0
+for s in range(16, n - 16, 8):
+    b = torch.cat([seq[s : s + 1], seq[:n][torch.randint(0, n, (14,), generator=gen)]])
+    a = drafters["bf16"][0].draft_block(drafters["bf16"][1], b, n)
+    q = drafters["int8"][0].draft_block(drafters["int8"][1], b, n)
+    agree += int((a == q).sum())
+    tot += a.numel()
+res["int8_draft_token_agreement"] = round(agree / tot, 4)
+res = {"config": vars(args), "torch": torch.__version__, "threads": torch.get_num_threads(), **res}
+print(json.dumps(res, indent=1))
+with open(args.output, "w") as fh:
+    fh.write(json.dumps(res, indent=2) + "\n")
