@@ -4,7 +4,7 @@
 
 Not an engine option: the drafter is patched here, in the benchmark. Every ``nn.Linear`` of its
 layers and its draft head multiply int8 activations (quantised per row on the fly) by int8 weights
-(per output channel) through ``torch._int_mm``. Timed as ``benchmarks/round_cost.py`` times drafting
+(per output channel) through ``torch._int_mm``. Timed with ``benchmarks/round_cost.py``'s helpers
 (median of interleaved calls, each right after an untimed bf16 target step over a 256-token GSM8K
 context): one J1 round (two drafter passes, no early stop) for bf16 and int8, eager and compiled
 (``compile_drafting``), against one plain target step. ``int8_draft_token_agreement`` is the share
@@ -18,10 +18,11 @@ import types
 
 import torch
 import torch.nn as nn
-from transformers import DynamicCache
 
 from hf_jetspec import JetSpecDrafter, load_target
 from hf_jetspec.data import load_eval_prompts
+from hf_jetspec.weight_storage import quantize_rows
+from round_cost import _timed_interleaved, plain_target_step  # this folder is on sys.path when run as a script
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("--drafter", default="hub_cards/jetspec-smollm2-135m")
@@ -43,10 +44,9 @@ def int8_dyn(x, wq_t, w_scale):
 class Int8Linear(nn.Module):
     def __init__(self, lin):
         super().__init__()
-        w = lin.weight.detach().float()
-        sc = w.abs().amax(1).clamp_min(1e-12) / 127
-        self.register_buffer("wq_t", torch.round(w / sc[:, None]).to(torch.int8).t().contiguous())
-        self.register_buffer("scale", sc)
+        q, scale = quantize_rows(lin.weight)  # per output channel, as the folder stores them
+        self.register_buffer("wq_t", q.t().contiguous())
+        self.register_buffer("scale", scale)
         self.bias = lin.bias
 
     def forward(self, x):
@@ -60,9 +60,8 @@ def quantize(d):
             for name, mod in list(parent.named_children()):
                 if isinstance(mod, nn.Linear):
                     setattr(parent, name, Int8Linear(mod))
-    head = d._head().detach().float()
-    sc = head.abs().amax(1).clamp_min(1e-12) / 127
-    hq = torch.round(head / sc[:, None]).to(torch.int8).t().contiguous()
+    hq, sc = quantize_rows(d._head())
+    hq = hq.t().contiguous()
 
     def draft_logits(self, hidden):
         return int8_dyn(self.norm(hidden), hq, sc)
@@ -80,16 +79,7 @@ ids = target.generate(ids, max_new_tokens=n + 1 - ids.shape[1], min_new_tokens=n
     :, : n + 1
 ]
 out = target(ids[:, :-1], output_hidden_states=True)
-cache = DynamicCache(config=target.config)
-target(input_ids=ids[:, :n], cache=cache, use_cache=True)
-
-
-def step():
-    extra = cache.get_seq_length() - n
-    if extra > 0:
-        cache.crop(-extra)
-    target(input_ids=ids[:, n : n + 1], cache=cache, use_cache=True, position_ids=torch.tensor([[n]]))
-
+step = plain_target_step(target, ids, n)
 
 seq = ids[0]
 anchor = seq[n : n + 1]
@@ -117,21 +107,10 @@ def round_(d, c):
 
 
 fns = {"target_step": step, **{k: (lambda d=d, c=c: round_(d, c)) for k, (d, c, _) in drafters.items()}}
-for f in fns.values():
-    for _ in range(3):
-        step()
-        f()
-samples = {k: [] for k in fns}
-for _ in range(args.iters):
-    for k, f in fns.items():
-        step()
-        t = time.perf_counter()
-        f()
-        samples[k].append(time.perf_counter() - t)
-med = {k: sorted(v)[len(v) // 2] * 1e3 for k, v in samples.items()}
+ms = _timed_interleaved(fns, args.iters, before=step)
 res = {
-    "ms": {k: round(v, 3) for k, v in med.items()},
-    "share_of_step": {k: round(v / med["target_step"], 4) for k, v in med.items() if k != "target_step"},
+    "ms": ms,
+    "share_of_step": {k: round(v / ms["target_step"], 4) for k, v in ms.items() if k != "target_step"},
     "first_call_s": {k: v[2] for k, v in drafters.items()},
 }
 # agreement of draft tokens (int8 vs bf16) over blocks drawn from the context

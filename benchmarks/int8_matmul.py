@@ -26,6 +26,8 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from hf_jetspec.weight_storage import quantize_rows
+
 
 def _median_us(fns: dict, iters: int) -> dict:
     for f in fns.values():
@@ -55,8 +57,7 @@ def main() -> None:
             n, k = (int(x) for x in shape.split("x"))
             x = torch.randn(m, k, dtype=torch.bfloat16)
             w = torch.randn(n, k, dtype=torch.bfloat16) * 0.02
-            w_scale = w.float().abs().amax(1) / 127
-            wq = torch.round(w.float() / w_scale[:, None]).to(torch.int8)
+            wq, w_scale = quantize_rows(w)
             wq_t = wq.t().contiguous()
             xq_fixed = torch.randint(-127, 128, (m, k), dtype=torch.int8)
 

@@ -63,10 +63,27 @@ def _timed_interleaved(fns: dict, iters: int, warmup: int = 3, before=None) -> d
     return {name: round(1000 * _median(v), 2) for name, v in samples.items()}
 
 
+def plain_target_step(target, ids, n: int):
+    """A callable running one plain 1-token target forward over an ``n``-token KV cache of ``ids``
+    (the cache is cropped back to ``n`` rows first, so every call costs the same)."""
+    import torch
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=target.config)
+    target(input_ids=ids[:, :n], cache=cache, use_cache=True)
+
+    def step():
+        extra = cache.get_seq_length() - n
+        if extra > 0:
+            cache.crop(-extra)
+        target(input_ids=ids[:, n : n + 1], cache=cache, use_cache=True, position_ids=torch.tensor([[n]]))
+
+    return step
+
+
 def measure(args) -> dict:
     """One tree, one dtype: every figure of the module docstring."""
     import torch
-    from transformers import DynamicCache
 
     from hf_jetspec import JetSpecDrafter, load_target
     from hf_jetspec.data import load_eval_prompts
@@ -105,18 +122,8 @@ def measure(args) -> dict:
 
     result: dict = {"dtype": str(target.dtype).replace("torch.", ""), "context": n}
 
-    # plain target step over an n-token KV cache
-    cache = DynamicCache(config=target.config)
-    with torch.no_grad():
-        target(input_ids=ids[:, :n], cache=cache, use_cache=True)
-
-        def step():
-            extra = cache.get_seq_length() - n
-            if extra > 0:
-                cache.crop(-extra)
-            target(input_ids=ids[:, n : n + 1], cache=cache, use_cache=True, position_ids=torch.tensor([[n]]))
-
-        fns = {"target_step": step}
+    step = plain_target_step(target, ids, n)
+    fns = {"target_step": step}
 
     # plain drafting rounds
     if args.compile:
