@@ -123,3 +123,12 @@ def test_softmax_as_proposal_is_detected(target, monkeypatch):
     law = exact_joint(target, [TemperatureLogitsWarper(1.0)])
     counts = empirical(target, drafter, temperature=1.0, top_k=0)
     assert chi2_pvalue(law, counts) < 1e-3
+
+
+def test_sampled_joint_with_int8_drafting_matches_exact_law(target):
+    drafter = sharp_drafter(target)
+    drafter.drafting_config = drafter.drafting_config.replace(policy=False, int8=True)
+    law = exact_joint(target, [TemperatureLogitsWarper(1.0)])
+    counts = empirical(target, drafter, temperature=1.0, top_k=0)
+    assert drafter.int8_drafting and drafter.generation_stats.drafted_tokens >= 2
+    assert chi2_pvalue(law, counts) > 1e-3

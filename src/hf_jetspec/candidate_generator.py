@@ -39,8 +39,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self.layer_ids = list(drafter.config.target_layer_ids)
         self.model_kwargs_overrides = {"output_hidden_states": [i + 1 for i in self.layer_ids]}
         self.max_length = generation_config.max_length
-        if options.compile:
-            drafter.compile_drafting()
+        drafter.configure_engine(options)
         self.cache = drafter.new_cache()
         self.generator = torch.Generator(device=drafter.device).manual_seed(options.seed)
         self.stats = GenerationStats()

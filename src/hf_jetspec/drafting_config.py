@@ -59,7 +59,12 @@ class DraftingConfig:
             drafter then drafts and verifies a full block every round.
         compile: draft single blocks through a ``torch.compile``d step with static shapes
             (:mod:`hf_jetspec.compiled_step`); the first round of each block length compiles.
-            Off by default: see ``benchmarks/round_cost.py --compile`` for what it costs and saves.
+            Off by default: see ``benchmarks/round_cost.py`` (``@compile`` trees) for what it costs and saves.
+        int8: multiply the drafter's layer matrices and draft head in int8 (CPU only,
+            :mod:`hf_jetspec.int8_drafting`): per-channel weights, activations quantised per row at
+            every call. Drafts may differ slightly from floating-point drafting; the output does not
+            (verification is exact). It pays with ``compile`` (the quantisation fuses there); eagerly
+            it costs about what it saves. See benchmarks/README.md for the measurements.
         tree: verify a token tree instead of a chain (:mod:`hf_jetspec.tree_decoding`): None (off,
             chains), ``"auto"`` (the ``budget - 1`` nodes of highest cumulative draft probability,
             EAGLE-2 style) or a list of widths per depth (the top-1 chain with ``w - 1`` alternative
@@ -97,6 +102,7 @@ class DraftingConfig:
     output_memory: bool = True
     record_acceptance: bool = False
     compile: bool = False
+    int8: bool = False
     tree: str | list[int] | None = None
     tree_top_k: int = 8
     tree_branches: int = 0
@@ -136,6 +142,9 @@ class DraftingConfig:
             raise ValueError(f"tree_top_k must be an int >= 1, got {self.tree_top_k!r}")
         if not isinstance(self.tree_branches, int) or not 0 <= self.tree_branches < self.tree_top_k:
             raise ValueError(f"tree_branches must be an int in 0..tree_top_k - 1 ({self.tree_top_k - 1}), got {self.tree_branches!r}")
+        for name in ("compile", "int8"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.pipeline not in PIPELINES:
             raise ValueError(f"pipeline must be one of {PIPELINES}, got {self.pipeline!r}")
 

@@ -16,6 +16,7 @@ from .configuration_drafter import JetSpecDrafterConfig
 from .dflash import checkpoint_format
 from .drafter_cache import BlockAttention, DrafterCache
 from .drafting_config import DRAFTING_CONFIG_NAME, DraftingConfig
+from .int8_drafting import Int8Head, check_int8_device, int8_linear, is_quantized, quantize_linear, restore_linear
 from .kernels import head_summary, summarise_logits
 from .layers import DecoderLayer, RMSNorm, RotaryTable
 from .masks import block_attention_mask, context_visibility, sliding_window_mask
@@ -70,6 +71,8 @@ class JetSpecDrafter(PreTrainedModel):
         self.__dict__["_foresight"] = None
         self.__dict__["_acceptance"] = None
         self.__dict__["_output_memory"] = None
+        self.__dict__["_int8_head"] = None  # set_int8_drafting
+        self.__dict__["_compile_on"] = False  # compile_drafting
         self._rotary_table = RotaryTable(config.head_dim, config.rope_theta)
         self.post_init()
 
@@ -335,6 +338,9 @@ class JetSpecDrafter(PreTrainedModel):
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over the draft vocabulary (the target's LM head rows) for drafter outputs."""
         head = self._head()
+        int8_head = self.__dict__.get("_int8_head")
+        if int8_head is not None:
+            return int8_linear(self.norm(hidden), *int8_head.get(head))
         return F.linear(self.norm(hidden).to(head.dtype), head)
 
     def _to_target_ids(self, rows: torch.Tensor) -> torch.Tensor:
@@ -352,13 +358,45 @@ class JetSpecDrafter(PreTrainedModel):
         """An empty key/value cache of the verified context for this drafter's layers."""
         return DrafterCache(self.config.num_hidden_layers)
 
-    def compile_drafting(self) -> None:
+    def compile_drafting(self, enabled: bool = True) -> None:
         """Draft single blocks through a ``torch.compile``d step with static shapes
-        (:mod:`hf_jetspec.compiled_step`); each block length and cache capacity compiles once."""
+        (:mod:`hf_jetspec.compiled_step`); each block length and cache capacity compiles once.
+        ``enabled=False`` drafts eagerly again (the compiled graphs are kept for a later switch back)."""
         from .compiled_step import CompiledDraftStep
 
-        if self.__dict__.get("_compiled_step") is None:
+        if enabled and self.__dict__.get("_compiled_step") is None:
             self.__dict__["_compiled_step"] = CompiledDraftStep()
+        self.__dict__["_compile_on"] = bool(enabled)
+
+    def set_int8_drafting(self, enabled: bool = True) -> None:
+        """Multiply the decoder layers' matrices and the draft head in int8 while drafting (CPU only;
+        :mod:`hf_jetspec.int8_drafting`). The weights are quantised once, at the first switch on, from
+        their values then; parameters and state dict stay floating point. ``enabled=False`` restores
+        floating-point drafting (switch off and on again to re-quantise after changing the weights).
+        ``generate`` sets it from ``drafting_config.int8`` at every call."""
+        linears = [m for layer in self.layers for m in layer.modules() if isinstance(m, nn.Linear)]
+        if enabled:
+            check_int8_device(self.device)
+            for linear in linears:
+                if not is_quantized(linear):
+                    quantize_linear(linear)
+            if self.__dict__.get("_int8_head") is None:
+                self.__dict__["_int8_head"] = Int8Head()
+        else:
+            for linear in linears:
+                restore_linear(linear)
+            self.__dict__["_int8_head"] = None
+
+    def configure_engine(self, options: DraftingConfig) -> None:
+        """Switch the compiled step and int8 arithmetic per ``options`` (``compile`` / ``int8``); every
+        ``generate`` call does this first."""
+        self.compile_drafting(options.compile)
+        self.set_int8_drafting(options.int8)
+
+    @property
+    def int8_drafting(self) -> bool:
+        """Whether drafting multiplies in int8 (:meth:`set_int8_drafting`)."""
+        return self.__dict__.get("_int8_head") is not None
 
     @torch.no_grad()
     def append_context(self, cache: DrafterCache, target_states: torch.Tensor, positions: torch.Tensor) -> None:
@@ -429,7 +467,7 @@ class JetSpecDrafter(PreTrainedModel):
         positions = start_positions.cpu()[:, None] + torch.arange(gamma)  # on the CPU: the table reads its range for free
         cos, sin = self._rotary(positions)
         causal = self.config.attention == "causal"
-        step = self.__dict__.get("_compiled_step")
+        step = self.__dict__.get("_compiled_step") if self.__dict__.get("_compile_on") else None
         if step is not None and extra is None and bsz == 1 and step.usable(cache, gamma):
             logits = step(self, cache, x, cos, sin, causal)[:, skip:]
             if summary:
@@ -440,6 +478,8 @@ class JetSpecDrafter(PreTrainedModel):
             x = layer(x, cos, sin, attend.mask, partial(attend.keys, li))
         x, gamma = x[:, skip:], gamma - skip
         if summary:
+            if self.int8_drafting:
+                return summarise_logits(self.draft_logits(x).reshape(bsz * gamma, -1))
             return head_summary(self.norm(x).reshape(bsz * gamma, -1), self._head())
         logits = self.draft_logits(x)
         return self.draft_ids(logits), logits

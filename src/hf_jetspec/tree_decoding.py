@@ -272,6 +272,7 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
     _check_supported(target, cache, generation_config, input_ids, model_kwargs)
     drafter.attach_target(target)
     options = drafter.drafting_config
+    drafter.configure_engine(options)
     stats = GenerationStats()
     layer_ids = list(drafter.config.target_layer_ids)
     hidden_layers = [i + 1 for i in layer_ids]
