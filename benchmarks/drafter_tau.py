@@ -3,7 +3,9 @@
     python benchmarks/drafter_tau.py --drafters hub_cards/jetspec-smollm2-135m,runs/smollm2-int8 \
         --prompts gsm8k:100,humaneval:100,mt-bench:60 --limit 10 --output benchmarks/results/drafter_tau.json
 
-For comparing two storages or two trainings of one drafter. tau is the drafter's alone (a full block
+For comparing two storages or two trainings of one drafter. ``FOLDER@int8`` drafts with that folder
+in int8 arithmetic (``DraftingConfig(int8=True)``), e.g. ``--drafters D,D@int8`` for what int8 drafting
+costs in acceptance. tau is the drafter's alone (a full block
 every round, the round policy off), so it needs no timing and may run on a busy machine; every
 output is checked token for token against the target's own greedy output (use the float32 target
 for that to be a strict check).
@@ -22,7 +24,7 @@ from hf_jetspec.data import load_eval_prompts
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--drafters", required=True, help="comma list of drafter folders")
+    ap.add_argument("--drafters", required=True, help="comma list of drafter folders, each optionally FOLDER@int8")
     ap.add_argument("--target", default="smollm2-135m")
     ap.add_argument("--prompts", default="gsm8k:100,humaneval:100,mt-bench:60",
                     help="comma list of SET:OFFSET; the offsets skip the prompts the bench uses")
@@ -35,8 +37,11 @@ def main() -> None:
     args = ap.parse_args()
 
     target, tok = load_target(args.target, dtype=args.dtype)
-    folders = args.drafters.split(",")
-    drafters = {f: JetSpecDrafter.from_pretrained(f).eval() for f in folders}
+    specs = args.drafters.split(",")
+    for spec in specs:
+        if spec.partition("@")[2] not in ("", "int8"):
+            raise SystemExit(f"{spec!r}: the only drafter flag is @int8")
+    drafters = {spec: JetSpecDrafter.from_pretrained(spec.partition("@")[0]).eval() for spec in specs}
     for drafter in drafters.values():
         drafter.attach_target(target)
     rows = []
@@ -48,9 +53,9 @@ def main() -> None:
         items = build_items(tok, target, prompts, args.max_new_tokens)
         refs: dict = {}
         row = {"prompts": spec, "items": len(items)}
-        for folder, drafter in drafters.items():
-            row[folder] = acceptance_on_items(target, drafter, items, args.max_new_tokens, refs,
-                                              num_jacobi_passes=args.jacobi_passes, budget=args.budget, policy=False, tree=None)
+        for spec, drafter in drafters.items():
+            row[spec] = acceptance_on_items(target, drafter, items, args.max_new_tokens, refs, num_jacobi_passes=args.jacobi_passes,
+                                            budget=args.budget, policy=False, tree=None, int8=spec.endswith("@int8"))
         rows.append(row)
         print(json.dumps(row))
     out = {"config": vars(args), "rows": rows}

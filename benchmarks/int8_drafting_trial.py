@@ -2,9 +2,10 @@
 
     python benchmarks/int8_drafting_trial.py --drafter runs/smollm2-v1 --iters 30 --output benchmarks/results/int8_drafting_trial_smollm2.json
 
-Not an engine option: the drafter is patched here, in the benchmark. Every ``nn.Linear`` of its
-layers and its draft head multiply int8 activations (quantised per row on the fly) by int8 weights
-(per output channel) through ``torch._int_mm``. Timed with ``benchmarks/round_cost.py``'s helpers
+The int8 variants use the engine's int8 drafting (``drafter.set_int8_drafting``, what
+``DraftingConfig(int8=True)`` switches on; :mod:`hf_jetspec.int8_drafting`): every ``nn.Linear`` of the
+drafter's layers and its draft head multiply int8 activations (quantised per row on the fly) by int8
+weights (per output channel) through ``torch._int_mm``. Timed with ``benchmarks/round_cost.py``'s helpers
 (median of interleaved calls, each right after an untimed bf16 target step over a 256-token GSM8K
 context): one J1 round (two drafter passes, no early stop) for bf16 and int8, eager and compiled
 (``compile_drafting``), against one plain target step. ``int8_draft_token_agreement`` is the share
@@ -14,14 +15,11 @@ of draft tokens the int8 drafter drafts as the bf16 one does, over blocks along 
 import argparse
 import json
 import time
-import types
 
 import torch
-import torch.nn as nn
 
 from hf_jetspec import JetSpecDrafter, load_target
 from hf_jetspec.data import load_eval_prompts
-from hf_jetspec.weight_storage import quantize_rows
 from round_cost import _timed_interleaved, plain_target_step  # this folder is on sys.path when run as a script
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -31,42 +29,6 @@ ap.add_argument("--output", required=True)
 args = ap.parse_args()
 torch.set_grad_enabled(False)
 torch.manual_seed(0)
-
-
-def int8_dyn(x, wq_t, w_scale):
-    shape = x.shape
-    xf = x.reshape(-1, shape[-1]).float()
-    s = xf.abs().amax(1, keepdim=True).clamp_min(1e-8) / 127
-    acc = torch._int_mm(torch.round(xf / s).to(torch.int8), wq_t)
-    return (acc.float() * s * w_scale).to(x.dtype).reshape(*shape[:-1], -1)
-
-
-class Int8Linear(nn.Module):
-    def __init__(self, lin):
-        super().__init__()
-        q, scale = quantize_rows(lin.weight)  # per output channel, as the folder stores them
-        self.register_buffer("wq_t", q.t().contiguous())
-        self.register_buffer("scale", scale)
-        self.bias = lin.bias
-
-    def forward(self, x):
-        y = int8_dyn(x, self.wq_t, self.scale)
-        return y if self.bias is None else y + self.bias
-
-
-def quantize(d):
-    for layer in d.layers:
-        for parent in (layer.self_attn, layer.mlp):
-            for name, mod in list(parent.named_children()):
-                if isinstance(mod, nn.Linear):
-                    setattr(parent, name, Int8Linear(mod))
-    hq, sc = quantize_rows(d._head())
-    hq = hq.t().contiguous()
-
-    def draft_logits(self, hidden):
-        return int8_dyn(self.norm(hidden), hq, sc)
-
-    d.draft_logits = types.MethodType(draft_logits, d)
 
 
 target, tok = load_target("smollm2-135m", dtype="bfloat16")
@@ -90,7 +52,7 @@ for name in ["bf16", "int8", "bf16-compiled", "int8-compiled"]:
     d = JetSpecDrafter.from_pretrained(args.drafter)
     d.attach_target(target)
     if name.startswith("int8"):
-        quantize(d)
+        d.set_int8_drafting(True)
     if name.endswith("compiled"):
         d.compile_drafting()
     states = torch.cat([out.hidden_states[i + 1] for i in d.config.target_layer_ids], -1)

@@ -2,6 +2,8 @@
 
     python benchmarks/round_cost.py --output benchmarks/results/round_cost_smollm2.json
     python benchmarks/round_cost.py --tree before=OLD_CHECKOUT/src --tree after=src --tree compiled=src@compile --output ...
+    python benchmarks/round_cost.py --dtypes bfloat16 --tree eager=src --tree int8=src@int8 --tree compiled=src@compile \
+        --tree compiled-int8=src@compile+int8 --output ...
 
 Every figure is the median of ``--iters`` timed calls after a warm-up, all measured calls taking
 turns (so machine noise spreads over all of them), each drafting call right after an untimed
@@ -19,8 +21,9 @@ forward left them), over a verified context of
   layer-skip adapter.
 
 A tree marked ``@compile`` drafts through the compiled step (``DraftingConfig(compile=True)``) and
-also reports ``compile_s``, the first call of each budget (foresight is not compiled and is left
-out there). With several ``--tree`` entries the same measurement runs on each source tree in its own
+also reports ``compile_s``, the first call of each budget; one marked ``@int8`` multiplies in int8
+(``DraftingConfig(int8=True)``); ``@compile+int8`` does both. Marked trees measure plain drafting only
+(no foresight rows). With several ``--tree`` entries the same measurement runs on each source tree in its own
 interpreter, the trees alternating ``--repeats`` times (the median of the repeats is kept), so a
 before/after table is measured side by side in one run. Run it alone on the machine.
 """
@@ -128,6 +131,8 @@ def measure(args) -> dict:
     # plain drafting rounds
     if args.compile:
         drafter.compile_drafting()
+    if args.int8:
+        drafter.set_int8_drafting(True)
     dcache = new_cache(drafter)
     drafter.append_context(dcache, states, positions)
     gen = torch.Generator().manual_seed(0)
@@ -151,7 +156,7 @@ def measure(args) -> dict:
 
             fns[f"draft/{budget}/J{passes}"] = round_
 
-    if args.compile:
+    if args.compile or args.int8:
         return _collect(result, _timed_interleaved(fns, args.iters, before=step))
     # in-line foresight rounds (B = 4, J = 1, R = 0 and R = 1), with both adapters
     options_by_r = {r: DraftingConfig(budget=16, num_jacobi_passes=1, num_context_refreshes=r, foresight=True, cache_size=4, pipeline="off")
@@ -208,8 +213,8 @@ def _dirty(src: str) -> bool:
 
 
 def _worker(src: str, dtype: str, args) -> dict:
-    src, _, flag = src.partition("@")
-    cmd = [sys.executable, __file__, "--worker", *(["--compile"] if flag == "compile" else []), "--dtype", dtype, "--target", args.target, "--drafter", args.drafter,
+    src, flags = _tree_flags(src)
+    cmd = [sys.executable, __file__, "--worker", *(f"--{f}" for f in flags), "--dtype", dtype, "--target", args.target, "--drafter", args.drafter,
            "--layerskip", args.layerskip, "--context", str(args.context), "--iters", str(args.iters),
            "--budgets", ",".join(map(str, args.budgets)), "--passes", ",".join(map(str, args.passes))]
     env = dict(os.environ, PYTHONPATH=os.path.abspath(src))
@@ -217,6 +222,16 @@ def _worker(src: str, dtype: str, args) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"worker for {src} ({dtype}) failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _tree_flags(spec: str) -> tuple[str, list[str]]:
+    """``SRC_DIR[@FLAG[+FLAG]]`` -> (SRC_DIR, flags), flags among compile and int8."""
+    src, _, marks = spec.partition("@")
+    flags = [f for f in marks.split("+") if f]
+    unknown = set(flags) - {"compile", "int8"}
+    if unknown:
+        raise SystemExit(f"unknown tree flag(s) {sorted(unknown)} in {spec!r}: use @compile, @int8 or @compile+int8")
+    return src, flags
 
 
 def _merge(runs: list[dict]) -> dict:
@@ -245,8 +260,10 @@ def main() -> None:
     ap.add_argument("--budgets", default="16,32")
     ap.add_argument("--passes", default="0,1,2")
     ap.add_argument("--tree", action="append", default=[],
-                    help="LABEL=SRC_DIR, or LABEL=SRC_DIR@compile for the compiled drafting step (repeatable); default: this checkout's src")
+                    help="LABEL=SRC_DIR[@compile][+int8] (@compile: the compiled drafting step; @int8: int8 products; "
+                         "repeatable); default: this checkout's src")
     ap.add_argument("--compile", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--int8", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--output")
@@ -272,8 +289,9 @@ def main() -> None:
 
     result = {
         "command": "python benchmarks/round_cost.py " + " ".join(sys.argv[1:]),
-        "trees": {label: {"commit": _git_rev(src.partition("@")[0]), "uncommitted_changes": _dirty(src.partition("@")[0]),
-                          "compiled_step": src.endswith("@compile")} for label, src in trees.items()},
+        "trees": {label: {"commit": _git_rev(_tree_flags(src)[0]), "uncommitted_changes": _dirty(_tree_flags(src)[0]),
+                          "compiled_step": "compile" in _tree_flags(src)[1], "int8": "int8" in _tree_flags(src)[1]}
+                  for label, src in trees.items()},
         "environment": _environment(torch.device("cpu")),
         "repeats": args.repeats,
         "results": {label: {d: _merge(v) for d, v in per.items()} for label, per in runs.items()},

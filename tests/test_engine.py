@@ -299,6 +299,12 @@ def test_compiled_step_drafts_like_eager_and_stays_exact(trained_llama):
     ids, logits = compiled.draft_block(caches[1], block, n - 1, return_logits=True)
     assert compiled.__dict__["_compiled_step"].calls == 1  # the compiled path really ran
     assert torch.equal(ids, eager_ids) and torch.allclose(logits, eager_logits, atol=1e-4)
+    short = seq[n - 1 : n + 3]  # a shorter block runs padded through the graph already compiled
+    eager_ids, eager_logits = drafter.draft_block(caches[0], short, n - 1, return_logits=True)
+    ids, logits = compiled.draft_block(caches[1], short, n - 1, return_logits=True)
+    step = compiled.__dict__["_compiled_step"]
+    assert step.calls == 2 and step.lengths == {7} and logits.shape == eager_logits.shape
+    assert torch.equal(ids, eager_ids) and torch.allclose(logits, eager_logits, atol=1e-4)
     compiled.drafting_config = DraftingConfig(budget=8, num_jacobi_passes=1, compile=True)
     ref = target.generate(prompts[:2], do_sample=False, max_new_tokens=24)
     for i in range(2):

@@ -72,6 +72,22 @@ def test_bench_baseline_drafter_runs_beside_jetspec(tmp_path):
 
 
 @pytest.mark.slow
+def test_bench_int8_variant_compiles_in_warmup_and_stays_exact():
+    """``jetspec-int8`` drafts through the compiled step in int8; its graphs compile in the warm-up, not
+    in the timed runs, and its output is the target's."""
+    from hf_jetspec.bench import BenchConfig, run_bench
+
+    cfg = BenchConfig(prompts="gsm8k", limit=1, max_new_tokens=16, methods=("ar", "jetspec", "jetspec-int8"), warmup_tokens=4,
+                      dtype="float32", policy=False)
+    m = run_bench(cfg, progress=False)["methods"]
+    assert m["jetspec-int8"]["drafting_config"]["int8"] is True and m["jetspec-int8"]["drafting_config"]["compile"] is True
+    assert m["jetspec"]["drafting_config"]["int8"] is False
+    assert m["jetspec-int8"]["compile_warmup_s"] > 0 and "compile_warmup_s" not in m["jetspec"]
+    assert m["jetspec-int8"]["exact_match_vs_ar"] == m["jetspec"]["exact_match_vs_ar"] == 1.0
+    assert m["jetspec-int8"]["tau"] > 1.0
+
+
+@pytest.mark.slow
 def test_bench_bf16_scores_divergences():
     """`bench --dtype bfloat16` writes the tie margin, the divergences and the tie-explained share per method."""
     from hf_jetspec.bench import BenchConfig, run_bench

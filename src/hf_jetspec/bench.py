@@ -21,6 +21,8 @@ Methods:
                     pass) / with one Jacobi pass, whatever the drafter's ``tree_jacobi_passes`` says
     jetspec-baseline  ``jetspec`` with another drafter (``--baseline-drafter``, e.g. the one a new drafter
                     replaces), its own drafting options and calibration, so two drafters meet in one run
+    jetspec-compiled  ``jetspec`` drafting through the compiled step (``compile=True``)
+    jetspec-int8    ``jetspec`` drafting through the compiled step in int8 arithmetic (``compile=True, int8=True``)
     assisted        transformers' classic assistant model (the 0.5B model for Qwen2.5-Coder-1.5B)
     hf-dflash       transformers' own DFlash generation (``speculation_type="dflash"``) with the same
                     drafter's weights converted to ``MuseGlimmerAssistantModel`` (a DFlash-layout drafter)
@@ -58,6 +60,8 @@ JETSPEC_VARIANTS = {
     "jetspec-tree-policy-j0": {"tree": "auto", "policy": True, "tree_jacobi_passes": 0},  # a tree reads its top-k off one pass
     "jetspec-tree-policy-j1": {"tree": "auto", "policy": True, "tree_jacobi_passes": 1},
     "jetspec-baseline": {},  # the bench's jetspec options on the --baseline-drafter
+    "jetspec-compiled": {"compile": True},  # drafting through the compiled static-shape step
+    "jetspec-int8": {"compile": True, "int8": True},  # the compiled step with int8 products
 }
 METHODS = ("ar", "prompt-lookup", *JETSPEC_VARIANTS, "assisted", "hf-dflash")
 DEFAULT_ASSISTANTS = {"qwen2.5-coder-1.5b": "qwen2.5-coder-0.5b"}
@@ -401,9 +405,16 @@ def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True) -
 
     items = setup.items
     methods = list(config.methods)
+    longest = max(items, key=lambda item: item[1].shape[1])[1]
     for name in config.methods:  # warm-up: every code path once, untimed
         try:
-            run_one(name, items[0][1], config.seed, config.warmup_tokens)
+            if name in JETSPEC_VARIANTS and setup.extra[name]["drafting_config"]["compile"]:
+                # compile every graph the timed runs need (each cache capacity up to the longest context)
+                t0 = time.perf_counter()
+                run_one(name, longest, config.seed, config.max_new_tokens)
+                setup.extra[name]["compile_warmup_s"] = round(time.perf_counter() - t0, 1)
+            else:
+                run_one(name, items[0][1], config.seed, config.warmup_tokens)
         except Exception as err:
             if name != "hf-dflash":
                 raise

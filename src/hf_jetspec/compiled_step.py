@@ -9,7 +9,9 @@ graph), and attention runs over the cache's whole buffer with a mask that hides 
 block. The buffer's capacity is a power of two that doubles as the context grows (256, 512, ...),
 so attention never spans more than twice the rows in use, and each (block length, capacity) pair
 compiles once and then serves every round of every ``generate`` call. A block that does not fit
-the buffer runs eagerly (which grows the buffer).
+the buffer runs eagerly (which grows the buffer). A causal drafter's shorter blocks (the last rounds
+before ``max_length``) are padded at the end to a length already compiled: no row attends to a later
+one, so the padding changes no real row, and no new graph compiles for them.
 """
 
 from __future__ import annotations
@@ -55,6 +57,13 @@ class CompiledDraftStep:
     def __init__(self):
         self.fn = torch.compile(static_block_forward, dynamic=False)
         self.calls = 0
+        self.lengths: set[int] = set()  # block lengths run so far (compiled, per capacity)
+
+    def length_for(self, length: int, causal: bool) -> int:
+        """The block length to run a block of ``length`` rows at: for a causal drafter the shortest
+        length already run that is at least as long (padding rows at the end), else ``length``."""
+        longer = [n for n in self.lengths if n >= length] if causal else []
+        return min(longer) if longer else length
 
     def usable(self, cache, length: int) -> bool:
         """Whether ``cache``'s buffers are allocated and have room for a block of ``length`` rows."""
@@ -63,6 +72,7 @@ class CompiledDraftStep:
 
     def __call__(self, drafter, cache, x, cos, sin, causal: bool) -> torch.Tensor:
         self.calls += 1
+        self.lengths.add(x.shape[1])
         n = torch.tensor(len(cache), device=x.device)
         keys, values = cache.buffers
         return self.fn(drafter, x, cos, sin, n, keys, values, causal, drafter.config.sliding_window)

@@ -468,8 +468,12 @@ class JetSpecDrafter(PreTrainedModel):
         cos, sin = self._rotary(positions)
         causal = self.config.attention == "causal"
         step = self.__dict__.get("_compiled_step") if self.__dict__.get("_compile_on") else None
-        if step is not None and extra is None and bsz == 1 and step.usable(cache, gamma):
-            logits = step(self, cache, x, cos, sin, causal)[:, skip:]
+        length = gamma if step is None else step.length_for(gamma, causal)
+        if step is not None and extra is None and bsz == 1 and step.usable(cache, length):
+            if length > gamma:  # padded at the end to a compiled length (causal: no real row sees the padding)
+                x = F.pad(x, (0, 0, 0, length - gamma))
+                cos, sin = self._rotary(start_positions.cpu()[:, None] + torch.arange(length))
+            logits = step(self, cache, x, cos, sin, causal)[:, skip:gamma]
             if summary:
                 return summarise_logits(logits)
             return self.draft_ids(logits), logits
