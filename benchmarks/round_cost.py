@@ -14,6 +14,9 @@ forward left them), over a verified context of
 - ``target_step_ms``: one plain 1-token target forward over that context (the unit of everything);
 - ``draft_ms[budget][J]``: one round of plain drafting, J0 plus exactly J Jacobi passes (no early
   stop, so the figure does not depend on the data), budgets 16 and 32;
+- ``draft_share_of_step[budget][J]``: that round over the plain step of the same interpreter (with
+  several repeats, the median of the repeats' own shares: the step's speed drifts between runs on a
+  shared machine, and a ratio of two separate medians would mix runs);
 - ``foresight_ms[adapter R]``: one in-line foresight round (``ForesightEngine.predraft``: score the
   block under verification, select B = 4 outcomes, draft them with J = 1 and R = 0 or 1 context
   refreshes), with a trained-shape
@@ -192,6 +195,8 @@ def _collect(result: dict, ms: dict) -> dict:
         if kind == "draft":
             budget, passes = rest.split("/")
             result.setdefault("draft_ms", {}).setdefault(budget, {})[passes] = value
+            # the share of a step within this interpreter: the ratio that machine drift between runs leaves alone
+            result.setdefault("draft_share_of_step", {}).setdefault(budget, {})[passes] = round(value / result["target_step_ms"], 4)
         else:
             result.setdefault("foresight_ms", {})[rest] = value
     return result
@@ -242,7 +247,7 @@ def _merge(runs: list[dict]) -> dict:
         if isinstance(value, dict):
             out[key] = _merge([r[key] for r in runs])
         elif isinstance(value, float):
-            out[key] = round(_median([r[key] for r in runs]), 2)
+            out[key] = round(_median([r[key] for r in runs]), 4 if value < 1 else 2)
         else:
             out[key] = value
     return out
@@ -295,6 +300,7 @@ def main() -> None:
         "environment": _environment(torch.device("cpu")),
         "repeats": args.repeats,
         "results": {label: {d: _merge(v) for d, v in per.items()} for label, per in runs.items()},
+        "runs": runs,
     }
     text = json.dumps(result, indent=2)
     print(text)
