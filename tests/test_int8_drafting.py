@@ -115,7 +115,27 @@ def test_int8_generation_is_the_targets_greedy_output(trained_llama, changes):
         assert torch.equal(target.generate(prompts[i : i + 1], assistant_model=d, do_sample=False, max_new_tokens=24), ref[i : i + 1])
     assert d.int8_drafting and d.generation_stats.drafted_tokens > 0
     if changes.get("compile"):
+        from torch._dynamo.utils import counters
+
         assert d.__dict__["_compiled_step"].calls > 0  # the int8 products ran inside the compiled step
+        graphs = counters["stats"]["unique_graphs"]
+        target.generate(prompts[:1], assistant_model=d, do_sample=False, max_new_tokens=24)
+        assert counters["stats"]["unique_graphs"] == graphs  # a new generate call (attach_target again) compiles nothing
     d.drafting_config = d.drafting_config.replace(int8=False, compile=False)
     target.generate(prompts[:1], assistant_model=d, do_sample=False, max_new_tokens=4)
     assert not d.int8_drafting  # each generate call sets the mode from its options
+
+
+def test_attach_keeps_the_head_until_it_changes(trained_llama):
+    target, drafter, _ = trained_llama
+    d = _copy(drafter, target)
+    d.restrict_draft_vocab(range(0, 128, 2))
+    d.attach_target(target)
+    d.set_int8_drafting(True)
+    head, packed = d._head(), d.__dict__["_int8_head"].packed
+    d.attach_target(target)
+    assert d._head() is head and d.__dict__["_int8_head"].packed is packed  # nothing recomputed
+    d.draft_vocab[0] = 2  # an in-place change of the draft vocabulary is seen
+    d.attach_target(target)
+    assert d._head() is not head and d.__dict__["_int8_head"].packed is not packed
+    assert torch.equal(d._head()[0], target.get_output_embeddings().weight[2])

@@ -11,7 +11,11 @@ so attention never spans more than twice the rows in use, and each (block length
 compiles once and then serves every round of every ``generate`` call. A block that does not fit
 the buffer runs eagerly (which grows the buffer). A causal drafter's shorter blocks (the last rounds
 before ``max_length``) are padded at the end to a length already compiled: no row attends to a later
-one, so the padding changes no real row, and no new graph compiles for them.
+one, so the padding changes no real row, and no new graph compiles for them. Each (block length,
+capacity, arithmetic) triple is one graph of the same function, more than dynamo's default limit
+of 8 graphs per function once contexts reach a few capacities with both float and int8 drafting;
+past that limit dynamo would run the step eagerly, slower than the ordinary eager path, so the step
+raises the limit while it compiles (:data:`MAX_GRAPHS`).
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ def static_block_forward(drafter, x: torch.Tensor, cos: torch.Tensor, sin: torch
     return drafter.draft_logits(x)
 
 
+MAX_GRAPHS = 64  # graphs the step may hold: block lengths x capacities x {float, int8}
+
+
 class CompiledDraftStep:
     """``torch.compile`` of :func:`static_block_forward` for one drafter (one graph per block length and
     cache capacity)."""
@@ -58,6 +65,7 @@ class CompiledDraftStep:
         self.fn = torch.compile(static_block_forward, dynamic=False)
         self.calls = 0
         self.lengths: set[int] = set()  # block lengths run so far (compiled, per capacity)
+        self.shapes: set[tuple[int, int, bool]] = set()  # (block length, capacity, int8): one graph each
 
     def length_for(self, length: int, causal: bool) -> int:
         """The block length to run a block of ``length`` rows at: for a causal drafter the shortest
@@ -75,4 +83,10 @@ class CompiledDraftStep:
         self.lengths.add(x.shape[1])
         n = torch.tensor(len(cache), device=x.device)
         keys, values = cache.buffers
-        return self.fn(drafter, x, cos, sin, n, keys, values, causal, drafter.config.sliding_window)
+        args = (drafter, x, cos, sin, n, keys, values, causal, drafter.config.sliding_window)
+        shape = (x.shape[1], keys[0].shape[2], drafter.int8_drafting)
+        if shape in self.shapes:  # its graph exists: no compile, no limit to raise (the patch costs ~30 us)
+            return self.fn(*args)
+        self.shapes.add(shape)
+        with torch._dynamo.config.patch(recompile_limit=MAX_GRAPHS):
+            return self.fn(*args)

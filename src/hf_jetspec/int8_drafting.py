@@ -80,14 +80,14 @@ def check_int8_device(device: torch.device) -> None:
 
 
 class Int8Head:
-    """The int8 copy of the draft head, rebuilt whenever the drafter's head tensor is replaced
-    (``attach_target`` selects the draft-vocabulary rows anew)."""
+    """The int8 copy of the draft head (``packed``), refreshed eagerly (``set_int8_drafting``,
+    ``attach_target``) whenever the drafter's head tensor is replaced, never inside a drafting pass:
+    a compiled pass then reads the same tensors every round."""
 
     def __init__(self):
         self.source: torch.Tensor | None = None
         self.packed: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def get(self, head: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def refresh(self, head: torch.Tensor) -> None:
         if self.source is not head:
             self.source, self.packed = head, pack_weight(head)
-        return self.packed

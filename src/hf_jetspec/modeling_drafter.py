@@ -239,10 +239,17 @@ class JetSpecDrafter(PreTrainedModel):
         if self.device != target.device or (follow_dtype and self.dtype != target.dtype):
             self.to(device=target.device, dtype=target.dtype if follow_dtype else self.dtype)
         self.__dict__["_target"] = target
-        head = target.get_output_embeddings().weight
-        if self.config.draft_vocab_size is not None:
-            head = head.index_select(0, self.draft_vocab.to(head.device))
-        self.__dict__["_head_weight"] = head
+        weight = target.get_output_embeddings().weight
+        vocab = self.draft_vocab if self.config.draft_vocab_size is not None else None
+        # the same head tensor while neither the target's head nor the draft vocabulary changed (a new
+        # tensor per generate call would cost a copy and, under the compiled int8 step, a new graph)
+        key = (weight, weight._version, vocab, None if vocab is None else vocab._version)
+        held = self.__dict__.get("_head_key")
+        if held is None or len(held) != len(key) or any(a is not b if isinstance(a, torch.Tensor) else a != b for a, b in zip(held, key)):
+            head = weight if vocab is None else weight.index_select(0, vocab.to(weight.device))
+            self.__dict__["_head_weight"], self.__dict__["_head_key"] = head, key
+        if self.int8_drafting:
+            self.__dict__["_int8_head"].refresh(self.__dict__["_head_weight"])
 
     def attach_foresight(self, adapter, calibration=None) -> None:
         """Use a foresight adapter for foresight drafting and context refresh
@@ -340,7 +347,7 @@ class JetSpecDrafter(PreTrainedModel):
         head = self._head()
         int8_head = self.__dict__.get("_int8_head")
         if int8_head is not None:
-            return int8_linear(self.norm(hidden), *int8_head.get(head))
+            return int8_linear(self.norm(hidden), *int8_head.packed)
         return F.linear(self.norm(hidden).to(head.dtype), head)
 
     def _to_target_ids(self, rows: torch.Tensor) -> torch.Tensor:
@@ -382,6 +389,8 @@ class JetSpecDrafter(PreTrainedModel):
                     quantize_linear(linear)
             if self.__dict__.get("_int8_head") is None:
                 self.__dict__["_int8_head"] = Int8Head()
+            if self.__dict__["_head_weight"] is not None:  # else at attach_target
+                self.__dict__["_int8_head"].refresh(self.__dict__["_head_weight"])
         else:
             for linear in linears:
                 restore_linear(linear)
