@@ -246,8 +246,8 @@ def _merge(runs: list[dict]) -> dict:
     for key, value in first.items():
         if isinstance(value, dict):
             out[key] = _merge([r[key] for r in runs])
-        elif isinstance(value, float):
-            out[key] = round(_median([r[key] for r in runs]), 4 if value < 1 else 2)
+        elif isinstance(value, float):  # the median is one of the runs' values, rounded by the worker already
+            out[key] = _median([r[key] for r in runs])
         else:
             out[key] = value
     return out

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import verified_context
 
 from hf_jetspec.drafter_cache import BlockAttention, DrafterCache
 from hf_jetspec.foresight.calibration import ForesightCalibration, anchor_candidates, decoder_position_stats
@@ -128,13 +129,9 @@ def test_batched_refine_equals_block_by_block(trained_llama):
     options = DraftingConfig(budget=8, num_jacobi_passes=2, num_context_refreshes=2, foresight=True, cache_size=4)
     adapter = ForesightAdapter.for_drafter(drafter, layers_per_module=1).eval()
     engine = ForesightEngine(drafter, adapter, ForesightDecoder(target, max(drafter.config.target_layer_ids)), None, options)
-    seq = target.generate(prompts[:1], do_sample=False, max_new_tokens=24)[0]
     n = 20
-    with torch.no_grad():
-        out = target(seq[None, :n], output_hidden_states=True)
+    seq, out, cache = verified_context(target, drafter, prompts[:1], n)
     states = torch.cat([out.hidden_states[i + 1] for i in drafter.config.target_layer_ids], -1)
-    cache = drafter.new_cache()
-    drafter.append_context(cache, states, torch.arange(n))
     engine.observe(states, out.hidden_states, n, torch.arange(n))
     tokens = seq[n - 1 : n + 7].clone()  # anchor + 7 tokens: a block under verification
     rows = engine.score(tokens, n - 1).rows
@@ -284,16 +281,9 @@ def test_compiled_step_drafts_like_eager_and_stays_exact(trained_llama):
     compiled.load_state_dict(drafter.state_dict())
     compiled.attach_target(target)
     compiled.compile_drafting()
-    seq = target.generate(prompts[:1], do_sample=False, max_new_tokens=12)[0]
     n = 14
-    with torch.no_grad():
-        out = target(seq[None, :n], output_hidden_states=True)
-    states = torch.cat([out.hidden_states[i + 1] for i in drafter.config.target_layer_ids], -1)
-    caches = []
-    for d in (drafter, compiled):
-        cache = d.new_cache()
-        d.append_context(cache, states, torch.arange(n))
-        caches.append(cache)
+    seq, _, eager_cache = verified_context(target, drafter, prompts[:1], n, new_tokens=12)
+    caches = [eager_cache, verified_context(target, compiled, prompts[:1], n, new_tokens=12)[2]]
     block = seq[n - 1 : n + 6]
     eager_ids, eager_logits = drafter.draft_block(caches[0], block, n - 1, return_logits=True)
     ids, logits = compiled.draft_block(caches[1], block, n - 1, return_logits=True)

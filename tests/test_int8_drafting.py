@@ -5,6 +5,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import verified_context
 from hf_jetspec import DraftingConfig, JetSpecDrafter
 from hf_jetspec.int8_drafting import (
     check_int8_device,
@@ -81,13 +82,8 @@ def _copy(drafter, target):
 def test_int8_drafter_drafts_differently_saves_the_same_and_switches_back(trained_llama, tmp_path):
     target, drafter, prompts = trained_llama
     d = _copy(drafter, target)
-    seq = target.generate(prompts[:1], do_sample=False, max_new_tokens=12)[0]
     n = 14
-    with torch.no_grad():
-        out = target(seq[None, :n], output_hidden_states=True)
-    states = torch.cat([out.hidden_states[i + 1] for i in d.config.target_layer_ids], -1)
-    cache = d.new_cache()
-    d.append_context(cache, states, torch.arange(n))
+    seq, _, cache = verified_context(target, d, prompts[:1], n, new_tokens=12)
     block = seq[n - 1 : n + 6]
     _, ref = d.draft_block(cache, block, n - 1, return_logits=True)
     d.set_int8_drafting(True)

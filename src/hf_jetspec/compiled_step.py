@@ -64,8 +64,12 @@ class CompiledDraftStep:
     def __init__(self):
         self.fn = torch.compile(static_block_forward, dynamic=False)
         self.calls = 0
-        self.lengths: set[int] = set()  # block lengths run so far (compiled, per capacity)
         self.shapes: set[tuple[int, int, bool]] = set()  # (block length, capacity, int8): one graph each
+
+    @property
+    def lengths(self) -> set[int]:
+        """Block lengths run so far (each compiled at least at one capacity)."""
+        return {shape[0] for shape in self.shapes}
 
     def length_for(self, length: int, causal: bool) -> int:
         """The block length to run a block of ``length`` rows at: for a causal drafter the shortest
@@ -80,7 +84,6 @@ class CompiledDraftStep:
 
     def __call__(self, drafter, cache, x, cos, sin, causal: bool) -> torch.Tensor:
         self.calls += 1
-        self.lengths.add(x.shape[1])
         n = torch.tensor(len(cache), device=x.device)
         keys, values = cache.buffers
         args = (drafter, x, cos, sin, n, keys, values, causal, drafter.config.sliding_window)

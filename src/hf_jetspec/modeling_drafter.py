@@ -243,11 +243,11 @@ class JetSpecDrafter(PreTrainedModel):
         vocab = self.draft_vocab if self.config.draft_vocab_size is not None else None
         # the same head tensor while neither the target's head nor the draft vocabulary changed (a new
         # tensor per generate call would cost a copy and, under the compiled int8 step, a new graph)
-        key = (weight, weight._version, vocab, None if vocab is None else vocab._version)
-        held = self.__dict__.get("_head_key")
-        if held is None or len(held) != len(key) or any(a is not b if isinstance(a, torch.Tensor) else a != b for a, b in zip(held, key)):
-            head = weight if vocab is None else weight.index_select(0, vocab.to(weight.device))
-            self.__dict__["_head_weight"], self.__dict__["_head_key"] = head, key
+        versions = (weight._version, None if vocab is None else vocab._version)  # in-place changes count too
+        held = self.__dict__.get("_head_source")
+        if held is None or held[0] is not weight or held[1] is not vocab or held[2] != versions:
+            self.__dict__["_head_weight"] = weight if vocab is None else weight.index_select(0, vocab.to(weight.device))
+            self.__dict__["_head_source"] = (weight, vocab, versions)
         if self.int8_drafting:
             self.__dict__["_int8_head"].refresh(self.__dict__["_head_weight"])
 
@@ -344,10 +344,10 @@ class JetSpecDrafter(PreTrainedModel):
 
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over the draft vocabulary (the target's LM head rows) for drafter outputs."""
-        head = self._head()
         int8_head = self.__dict__.get("_int8_head")
         if int8_head is not None:
             return int8_linear(self.norm(hidden), *int8_head.packed)
+        head = self._head()
         return F.linear(self.norm(hidden).to(head.dtype), head)
 
     def _to_target_ids(self, rows: torch.Tensor) -> torch.Tensor:
