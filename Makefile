@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-fast
+.PHONY: setup demo test test-fast test-busy
 
 setup: $(VENV)/.installed
 
@@ -33,3 +33,8 @@ test: setup $(VENV)/.qwen15
 
 test-fast: setup $(VENV)/.qwen15
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The exactness and policy tests while two spinning processes keep both cores busy: no verdict may
+# depend on how fast the machine is (the policy's prices are pinned in tests/conftest.py).
+test-busy: setup $(VENV)/.qwen15
+	$(BIN)/python tests/run_busy.py

@@ -11,6 +11,31 @@ from helpers import tiny_llama, tiny_qwen2, train_drafter_on_greedy  # noqa: E40
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "measured_costs: the round policy prices rounds with the machine's own timings")
+
+
+@pytest.fixture(autouse=True)
+def fixed_costs(request, monkeypatch):
+    """The round policy's prices without the machine, for every test (chain and tree rounds): a fixed
+    verification profile (1-32 tokens, 10-13 ms), no drafting cost, and no running updates from wall
+    time. Its choices, and so every tau or drafter-run count a test asserts, then do not depend on
+    how busy the machine is. A test of the timing code itself opts out with ``@pytest.mark.measured_costs``."""
+    if request.node.get_closest_marker("measured_costs") is not None:
+        return
+    import hf_jetspec.policy as policy
+    import hf_jetspec.tree_decoding as td
+    from hf_jetspec.policy import CostModel
+
+    def profile(target, n):
+        return [1, 2, 16, 32], [0.010, 0.011, 0.012, 0.013]
+
+    monkeypatch.setattr(policy, "cost_profile_for", profile)
+    monkeypatch.setattr(td, "cost_profile_for", profile)
+    monkeypatch.setattr(CostModel, "observe_verify", lambda self, n, seconds: None)
+    monkeypatch.setattr(CostModel, "observe_draft", lambda self, passes, seconds: None)
+
+
 @pytest.fixture(scope="session")
 def llama_target():
     return tiny_llama()

@@ -28,6 +28,8 @@ from hf_jetspec.policy import (
     score_bin,
 )
 
+pytestmark = pytest.mark.measured_costs  # the cost model's own arithmetic, fed synthetic timings
+
 
 # ---------------------------------------------------------------------- verify-length selection
 def test_expected_committed_by_hand():

@@ -221,3 +221,28 @@ def test_bf16_target_with_fp32_master_weights_trains(tmp_path, labels):
     assert drafter.dtype == torch.float32  # master weights stay fp32
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
+
+
+@pytest.mark.parametrize("start", ["fresh", "int8-folder"])
+def test_restricted_draft_vocab_trains_for_several_steps(tmp_path, start):
+    """A drafter whose draft head is a row subset of the target's head trains past its first step,
+    whether built fresh (the target unfrozen when it attached) or loaded from an int8-stored folder."""
+    from helpers import tiny_llama
+
+    target = tiny_llama()  # its own copy: the trainer freezes what it is given
+    torch.manual_seed(0)
+    drafter = JetSpecDrafter.for_target(target)
+    drafter.restrict_draft_vocab(list(range(0, 128, 2)))
+    if start == "int8-folder":
+        drafter.save_pretrained(tmp_path / "int8", weight_storage="int8")
+        drafter = JetSpecDrafter.from_pretrained(tmp_path / "int8", target=target)
+    assert drafter.config.draft_vocab_size == 64
+    args = JetSpecTrainingArguments(
+        output_dir=str(tmp_path / "run"), per_device_train_batch_size=4, max_steps=4, learning_rate=3e-3, report_to=[],
+        logging_steps=1, save_steps=1000, block_size=6, blocks_per_sequence=6, use_cpu=True,
+    )
+    trainer = JetSpecTrainer(model=drafter, args=args, target=target, train_dataset=corpus(), data_collator=CorpusCollator(0))
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 4 and all(torch.isfinite(torch.tensor(losses)))
+    assert drafter._head().grad_fn is None  # the frozen target's rows carry no graph from step to step

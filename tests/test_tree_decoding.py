@@ -29,18 +29,6 @@ def tree_options(drafter, **changes):
         drafter.drafting_config = saved
 
 
-@pytest.fixture
-def fixed_costs(monkeypatch):
-    """The tree policy's prices without the machine: a fixed verification profile (1-32 tokens,
-    10-13 ms), no drafting cost, and no running updates from wall time, so its choices (and the tau
-    a test asserts) do not depend on how busy the machine is."""
-    from hf_jetspec.policy import CostModel
-
-    monkeypatch.setattr(td, "cost_profile_for", lambda target, n: ([1, 2, 16, 32], [0.010, 0.011, 0.012, 0.013]))
-    monkeypatch.setattr(CostModel, "observe_verify", lambda self, n, seconds: None)
-    monkeypatch.setattr(CostModel, "observe_draft", lambda self, passes, seconds: None)
-
-
 def greedy_pair(target, drafter, prompt, **kwargs):
     return target.generate(prompt, do_sample=False, **kwargs), target.generate(prompt, assistant_model=drafter, do_sample=False, **kwargs)
 

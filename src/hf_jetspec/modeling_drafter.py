@@ -242,14 +242,22 @@ class JetSpecDrafter(PreTrainedModel):
         weight = target.get_output_embeddings().weight
         vocab = self.draft_vocab if self.config.draft_vocab_size is not None else None
         # the same head tensor while neither the target's head nor the draft vocabulary changed (a new
-        # tensor per generate call would cost a copy and, under the compiled int8 step, a new graph)
-        versions = (weight._version, None if vocab is None else vocab._version)  # in-place changes count too
+        # tensor per generate call would cost a copy and, under the compiled int8 step, a new graph).
+        # A head that requires grad is never held: its row subset would carry one step's autograd graph
+        # into the next; _head() then selects the rows at every call.
+        versions = (weight._version, None if vocab is None else vocab._version, weight.requires_grad)  # in-place changes count too
         held = self.__dict__.get("_head_source")
         if held is None or held[0] is not weight or held[1] is not vocab or held[2] != versions:
-            self.__dict__["_head_weight"] = weight if vocab is None else weight.index_select(0, vocab.to(weight.device))
+            if vocab is None:
+                head = weight
+            elif weight.requires_grad:
+                head = None
+            else:
+                head = weight.index_select(0, vocab.to(weight.device))
+            self.__dict__["_head_weight"] = head
             self.__dict__["_head_source"] = (weight, vocab, versions)
         if self.int8_drafting:
-            self.__dict__["_int8_head"].refresh(self.__dict__["_head_weight"])
+            self.__dict__["_int8_head"].refresh(self._head())
 
     def attach_foresight(self, adapter, calibration=None) -> None:
         """Use a foresight adapter for foresight drafting and context refresh
@@ -340,7 +348,12 @@ class JetSpecDrafter(PreTrainedModel):
     def _head(self) -> torch.Tensor:
         """The draft head: the target's LM head rows of the draft vocabulary [V_draft, H]."""
         head = self.__dict__["_head_weight"]
-        return self.target.get_output_embeddings().weight if head is None else head
+        if head is not None:
+            return head
+        weight = self.target.get_output_embeddings().weight
+        if self.config.draft_vocab_size is None:
+            return weight
+        return weight.index_select(0, self.draft_vocab.to(weight.device))
 
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over the draft vocabulary (the target's LM head rows) for drafter outputs."""
@@ -389,8 +402,8 @@ class JetSpecDrafter(PreTrainedModel):
                     quantize_linear(linear)
             if self.__dict__.get("_int8_head") is None:
                 self.__dict__["_int8_head"] = Int8Head()
-            if self.__dict__["_head_weight"] is not None:  # else at attach_target
-                self.__dict__["_int8_head"].refresh(self.__dict__["_head_weight"])
+            if self.__dict__["_target"] is not None:  # else at attach_target
+                self.__dict__["_int8_head"].refresh(self._head())
         else:
             for linear in linears:
                 restore_linear(linear)
