@@ -257,7 +257,27 @@ def test_cost_model_learns_each_length_it_sees():
         model.observe_verify(16, 0.060)
     costs = model.verify_costs(15)
     assert costs[0] == pytest.approx(0.040) and costs[15] == pytest.approx(0.060)
-    assert all(a <= b for a, b in zip(costs, costs[1:]))  # non-decreasing in the verify length
-    # lengths never observed fall back to profile + overhead (the rounds' running excess over the profile)
-    assert costs[7] == pytest.approx(0.040 + model.overhead_s) and 0.040 < costs[7] < 0.060
+    # lengths never observed lie on the line between the observed ones: 8 tokens, 7/15 of the way
+    assert costs[7] == pytest.approx(0.040 + 0.020 * 7 / 15)
     assert model.verify_cost(16) == pytest.approx(0.060)
+
+
+def test_cost_model_scales_the_profile_to_what_rounds_measure():
+    # a warm-up profile over a short context; at a long one a plain step takes 93 ms, not 46
+    model = CostModel([1, 12], [0.046, 0.064], min_observations=1)
+    assert model.verify_cost(12) == pytest.approx(0.064)  # nothing observed: the profile (+ no overhead yet)
+    model.observe_verify(1, 0.093)
+    assert model.verify_cost(12) == pytest.approx(0.093 * 0.064 / 0.046)  # the profile's shape, scaled to the plain step
+    model.observe_verify(12, 0.204)
+    assert model.verify_cost(12) == pytest.approx(0.204)
+    assert model.verify_cost(23) == pytest.approx(0.204 * model.forward_cost(23) / 0.064)  # past the largest observed size
+
+
+def test_a_cheaper_two_token_forward_is_kept_and_chosen():
+    # bf16 attention on CPU over an 8k cache: one query row 135 ms, two rows 99 ms (benchmarks/round_profile.py)
+    model = CostModel([1, 2, 16], [0.024, 0.027, 0.035], min_observations=1)
+    model.observe_verify(1, 0.135)
+    model.observe_verify(2, 0.099)
+    costs = model.verify_costs(3)
+    assert costs[0] == pytest.approx(0.135) and costs[1] == pytest.approx(0.099)  # not lifted to 0.135
+    assert choose_verify_length([0.1, 0.1, 0.1], costs).length >= 1  # even a 10% guess beats the plain step

@@ -223,11 +223,15 @@ def build_items(tokenizer, target, prompts, max_new_tokens: int) -> list[tuple[s
     """(id, input_ids) per benchmark item. A multi-turn prompt (MT-Bench) yields one item per turn;
     turn t is conditioned on the target's own greedy answers to the earlier turns."""
     items = []
+    limit = getattr(target.config.get_text_config(), "max_position_embeddings", None)
     for p in prompts:
         messages = []
         for t, turn in enumerate(p.turns):
             messages.append({"role": "user", "content": turn})
             ids = chat_input_ids(tokenizer, messages)
+            if limit is not None and ids.shape[1] + max_new_tokens > limit:
+                raise ValueError(f"{p.id}: a {ids.shape[1]}-token prompt and {max_new_tokens} new tokens exceed the target's "
+                                 f"{limit}-position context: lower --max-new-tokens")
             items.append((p.id if len(p.turns) == 1 else f"{p.id}-turn{t + 1}", ids))
             if t + 1 < len(p.turns):
                 with torch.no_grad():
@@ -291,7 +295,7 @@ def load_bench(config: BenchConfig) -> BenchSetup:
 
         upcast_head(target)
     device = target.device
-    prompts = load_eval_prompts(config.prompts, limit=config.limit, seed=config.seed, offset=config.offset)
+    prompts = load_eval_prompts(config.prompts, limit=config.limit, seed=config.seed, offset=config.offset, tokenizer=tokenizer)
     extra: dict = {}
     drafter = assistant = dflash = baseline = None
     variants = [m for m in config.methods if m in JETSPEC_VARIANTS]
@@ -462,17 +466,22 @@ def measure_tie_margin(target, tokenizer, config: BenchConfig) -> dict:
 
     The prompts are ``tie_margin_items`` of the same set, never benchmarked ones: from
     ``offset + limit + 100`` of the set's fixed shuffle, or right after the benchmarked prompts when
-    the set is too small for that gap; continued by the target's own greedy decoding.
+    the set is too small for that gap; continued by the target's own greedy decoding. A long-prompt
+    set has no prompts to spare: its margin comes from GSM8K prompts far past any benchmarked ones.
     """
     from .data import load_eval_prompts
+    from .long_prompts import parse_long_set
     from .numerics import logit_noise, tie_margin_from_noise
 
+    source = config.prompts
     after = config.offset + (config.limit or 0)
+    if parse_long_set(str(source)) is not None:
+        source, after = "gsm8k", 1000
     offset = after + 100
-    prompts = load_eval_prompts(config.prompts, limit=config.tie_margin_items, seed=config.seed, offset=offset)
+    prompts = load_eval_prompts(source, limit=config.tie_margin_items, seed=config.seed, offset=offset)
     if len(prompts) < config.tie_margin_items:
         offset = after
-        prompts = load_eval_prompts(config.prompts, limit=config.tie_margin_items, seed=config.seed, offset=offset)
+        prompts = load_eval_prompts(source, limit=config.tie_margin_items, seed=config.seed, offset=offset)
     if not prompts:
         raise ValueError(f"no held-out prompts left in {config.prompts!r} after the benchmarked ones for the tie margin; "
                          "lower --limit or pass --tie-margin-items 0")
@@ -490,6 +499,7 @@ def measure_tie_margin(target, tokenizer, config: BenchConfig) -> dict:
         "noise_positions": int(values.numel()),
         "noise_max": float(values.max()),
         "noise_median": float(values.median()),
+        "prompts": source,
         "prompts_offset": offset,
         "block": 16,
     }

@@ -8,6 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from transformers.generation.candidate_generator import CandidateGenerator
 
+from .drafter_cache import gather_pending, trim_pending
+from .drafting_config import check_context_window
 from .jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
 from .stats import GenerationStats
 
@@ -34,6 +36,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         drafter.attach_target(target)
         options = drafter.drafting_config
         options.validate()
+        check_context_window(drafter, options)
         self.drafter = drafter
         self.options = options
         self.layer_ids = list(drafter.config.target_layer_ids)
@@ -151,11 +154,13 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             self.stats.cost_model = self.cost.summary(self.options.budget - 1)
         return self.stats
 
-    def _new_context_states(self, model_outputs, count: int) -> torch.Tensor:
+    def _new_context_states(self, model_outputs, count: int) -> list[torch.Tensor]:
+        """Views of the newly verified rows of each read layer [1, count, H] (nothing copied: the
+        drafter concatenates them only if it runs)."""
         hidden = getattr(model_outputs, "hidden_states", None)
         if hidden is None:
             raise RuntimeError("the target did not return hidden states; it cannot serve a JetSpecDrafter")
-        return torch.cat([hidden[i + 1][:, :count] for i in self.layer_ids], dim=-1)
+        return [hidden[i + 1][:, :count] for i in self.layer_ids]
 
     def get_candidates(self, input_ids, model_kwargs=None, model_outputs=None, is_first_iteration=False, n_last_matches=0, **kwargs):
         if is_first_iteration:
@@ -185,10 +190,11 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self._ctx_len = cur_len - 1
         if self.policy:  # the drafter cache is filled only when the drafter runs
             self._pending_ctx.append((states, positions))
+            trim_pending(self._pending_ctx, self.options.context_window)
         else:
-            self.drafter.append_context(self.cache, states, positions)
+            self.drafter.append_context(self.cache, states, positions, window=self.options.context_window)
         if self.engine is not None:
-            self.engine.observe(states, model_outputs.hidden_states, new_rows, positions)
+            self.engine.observe(torch.cat(states, dim=-1), model_outputs.hidden_states, new_rows, positions)
         self._is_prefill = False
 
         gamma = min(self.options.budget - 1, self.max_length - cur_len - 1)
@@ -298,10 +304,10 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         """Bring the drafter cache up to date with the verified positions it has not seen yet."""
         if not self._pending_ctx:
             return
-        states = torch.cat([s for s, _ in self._pending_ctx], dim=1)
-        positions = torch.cat([p for _, p in self._pending_ctx])
+        window = self.options.context_window
+        states, positions = gather_pending(self._pending_ctx, window)
         self._pending_ctx.clear()
-        self.drafter.append_context(self.cache, states, positions)
+        self.drafter.append_context(self.cache, states, positions, window=window)
 
     def _scored_draft(self, anchor, context, gamma, cur_len, seed_tokens):
         """J0 (seeded by ``seed_tokens`` where given, noise after) and the Jacobi passes.
@@ -344,8 +350,8 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         record = opts.record_acceptance
         passes_cost = self.cost.draft_cost(1 + opts.num_jacobi_passes)
         if record or self.gate.should_draft(free_rate):
+            self._flush_context()  # rows of earlier plain rounds: paid once, not a price of every pass
             t0 = time.perf_counter()
-            self._flush_context()
             seed = proposal.tokens if (proposal is not None and opts.ngram_seed) else []
             draft, features, passes = self._scored_draft(anchor, context, gamma, cur_len, seed)
             self.cost.observe_draft(passes, time.perf_counter() - t0)

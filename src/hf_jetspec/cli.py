@@ -222,7 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--drafter", default=None, help="drafter folder or Hub id (default: the one shipped for the target)")
     bench.add_argument("--baseline-drafter", default=None,
                        help="a second drafter (folder or Hub id) for the jetspec-baseline method, measured in the same run")
-    bench.add_argument("--prompts", default="gsm8k", help="gsm8k | humaneval | mt-bench | aime25 | FILE.jsonl")
+    bench.add_argument("--prompts", default="gsm8k",
+                       help="gsm8k | humaneval | mt-bench | mt-bench-code-reasoning | aime25 | long-2k|4k|8k "
+                            "(or long-chat-/long-code-2k|4k|8k) | FILE.jsonl")
     bench.add_argument("--limit", type=int, default=20)
     bench.add_argument("--offset", type=int, default=0, help="skip this many prompts of the fixed shuffle first")
     bench.add_argument("--max-new-tokens", type=int, default=256)

@@ -163,18 +163,26 @@ EVAL_SETS = {
 EVAL_SIZES = {"gsm8k": 1319, "humaneval": 164, "mt-bench": 80, "mt-bench-code-reasoning": 20, "aime25": 30}
 
 
-def load_eval_prompts(name_or_path: str, limit: int | None = None, seed: int = 0, offset: int = 0) -> list[EvalPrompt]:
+def load_eval_prompts(name_or_path: str, limit: int | None = None, seed: int = 0, offset: int = 0, tokenizer=None) -> list[EvalPrompt]:
     """Evaluation prompts: a fixed, seeded selection (the first ``limit`` of a shuffle by ``seed``,
     after skipping ``offset``; held-out calibration/training prompts can take a later slice).
 
     ``name_or_path``: ``gsm8k``, ``humaneval``, ``mt-bench``, ``mt-bench-code-reasoning`` (its coding and
-    reasoning questions), ``aime25``, or a local JSONL file
+    reasoning questions), ``aime25``, a long-prompt set (``long-2k``, ``long-4k``, ``long-8k``, or
+    their ``long-chat-`` / ``long-code-`` halves; :mod:`hf_jetspec.long_prompts`, which cut their
+    documents with ``tokenizer``), or a local JSONL file
     (``{"prompt": ...}``, ``{"messages": [...]}`` or ``{"turns": [...]}`` per line). MBPP,
     MATH-500 and LiveCodeBench are not installable here: pass them as local JSONL files.
     """
+    from .long_prompts import long_prompts, parse_long_set
+
     key = str(name_or_path).lower()
     if os.path.isfile(str(name_or_path)):
         prompts = _local_jsonl(name_or_path)
+    elif parse_long_set(key) is not None:
+        if tokenizer is None:
+            raise ValueError(f"the long-prompt set {name_or_path!r} cuts its documents in tokens: pass tokenizer=")
+        prompts = long_prompts(key, tokenizer)
     elif key in EVAL_SETS:
         prompts = EVAL_SETS[key]()
     elif key in UNAVAILABLE:
@@ -183,7 +191,7 @@ def load_eval_prompts(name_or_path: str, limit: int | None = None, seed: int = 0
             f"download it yourself and pass the local JSONL path (one {{\"prompt\": ...}} per line)"
         )
     else:
-        raise ValueError(f"unknown prompt set {name_or_path!r}: use one of {sorted(EVAL_SETS)} or a JSONL path")
+        raise ValueError(f"unknown prompt set {name_or_path!r}: use one of {sorted(EVAL_SETS)}, long-2k|4k|8k or a JSONL path")
     order = list(range(len(prompts)))
     random.Random(seed).shuffle(order)
     chosen = [prompts[i] for i in order[offset:]]

@@ -90,10 +90,58 @@ class DrafterCache:
             self._masks[length] = built
         return built[1][None, None, :, built[0] - len(self) :]
 
+    def keep_last(self, rows: int) -> None:
+        """Keep only the newest ``rows`` rows of every layer, moved to the front of its buffer.
+
+        Keys carry the rotary phase of their own sequence positions, so attention over what is kept
+        is unchanged; the rows simply no longer sit at their position's index."""
+        if rows < 0:
+            raise ValueError(f"cannot keep {rows} rows")
+        for i, n in enumerate(self._lengths):
+            if n <= rows:
+                continue
+            if rows:
+                self._keys[i][:, :, :rows] = self._keys[i][:, :, n - rows : n].clone()
+                self._values[i][:, :, :rows] = self._values[i][:, :, n - rows : n].clone()
+            self._lengths[i] = rows
+
     def crop(self, length: int) -> None:
         if length < 0 or length > len(self):
             raise ValueError(f"cannot crop a cache of length {len(self)} to {length}")
         self._lengths = [min(n, length) for n in self._lengths]
+
+
+def gather_pending(pending: list, window: int | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Verified rows a drafter cache has not taken yet, as one batch: ``pending`` holds, oldest
+    first, ``(per-layer states [1, T, H], positions [T])``; returns the per-layer states and the
+    positions of all of them, or of the newest ``window`` rows only (older rows are not copied)."""
+    if not pending:
+        raise ValueError("nothing pending")
+    if window is not None:
+        kept, rows = [], 0
+        for states, positions in reversed(pending):
+            if rows >= window:
+                break
+            take = min(positions.numel(), window - rows)
+            kept.append(([st[:, -take:] for st in states], positions[-take:]))
+            rows += take
+        pending = kept[::-1]
+    if len(pending) == 1:
+        return list(pending[0][0]), pending[0][1]
+    layers = [torch.cat([states[i] for states, _ in pending], dim=1) for i in range(len(pending[0][0]))]
+    return layers, torch.cat([positions for _, positions in pending])
+
+
+def trim_pending(pending: list, window: int | None) -> None:
+    """Drop, in place, the oldest pending entries that ``window`` would never read (entries are kept whole)."""
+    if window is None:
+        return
+    rows = 0
+    for j in range(len(pending) - 1, -1, -1):
+        rows += pending[j][1].numel()
+        if rows >= window:
+            del pending[:j]
+            return
 
 
 class BlockAttention:

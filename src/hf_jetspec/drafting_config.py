@@ -83,6 +83,12 @@ class DraftingConfig:
         tree_branches: with ``tree="auto"``, re-draft what follows the first ``tree_branches``
             depth-1 alternatives in one batched drafter pass, so that their subtrees hold the
             drafter's predictions after those tokens rather than after the top-1 one (0: off).
+        context_window: the drafter reads at most the last ``context_window`` verified positions
+            (None: all of them). Its cache keeps those rows only, and a drafter run after plain
+            steps projects only the newest ``context_window`` of the rows it has not seen, so a
+            drafter pass and its cache fill stop growing with the prompt. Proposals change, the
+            output does not (verification is exact). Not with foresight, nor with a drafter whose
+            own config sets ``sliding_window``.
     """
 
     budget: int = 16
@@ -107,6 +113,7 @@ class DraftingConfig:
     tree_top_k: int = 8
     tree_branches: int = 0
     tree_jacobi_passes: int | None = None
+    context_window: int | None = None
 
     def __post_init__(self):
         self.validate()
@@ -142,6 +149,12 @@ class DraftingConfig:
             raise ValueError(f"tree_top_k must be an int >= 1, got {self.tree_top_k!r}")
         if not isinstance(self.tree_branches, int) or not 0 <= self.tree_branches < self.tree_top_k:
             raise ValueError(f"tree_branches must be an int in 0..tree_top_k - 1 ({self.tree_top_k - 1}), got {self.tree_branches!r}")
+        if self.context_window is not None:
+            if not isinstance(self.context_window, int) or isinstance(self.context_window, bool) or self.context_window < 1:
+                raise ValueError(f"context_window must be None or an int >= 1 (verified positions the drafter reads), got {self.context_window!r}")
+            if self.needs_foresight_models:
+                raise ValueError("context_window does not apply to foresight rounds (their models read the whole context): "
+                                 "set context_window=None with foresight / num_context_refreshes")
         for name in ("compile", "int8"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
@@ -186,3 +199,11 @@ class DraftingConfig:
             data = json.load(f)
         known = cls.field_names()
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def check_context_window(drafter, options) -> None:
+    """``context_window`` moves cache rows away from their position's index, which a drafter with its
+    own sliding-window mask (row t = position t) cannot take."""
+    if options.context_window is not None and drafter.config.sliding_window is not None:
+        raise ValueError(f"this drafter already reads a sliding window of {drafter.config.sliding_window} positions "
+                         "(config.sliding_window): leave drafting_config.context_window at None")

@@ -243,21 +243,20 @@ class JetSpecDrafter(PreTrainedModel):
         vocab = self.draft_vocab if self.config.draft_vocab_size is not None else None
         # the same head tensor while neither the target's head nor the draft vocabulary changed (a new
         # tensor per generate call would cost a copy and, under the compiled int8 step, a new graph).
-        # A head that requires grad is never held: its row subset would carry one step's autograd graph
-        # into the next; _head() then selects the rows at every call.
-        versions = (weight._version, None if vocab is None else vocab._version, weight.requires_grad)  # in-place changes count too
+        # A row subset is taken outside autograd: the target is frozen wherever a drafter trains, and a
+        # held subset with a graph would carry one training step's graph into the next.
+        versions = (weight._version, None if vocab is None else vocab._version)  # in-place changes count too
         held = self.__dict__.get("_head_source")
         if held is None or held[0] is not weight or held[1] is not vocab or held[2] != versions:
             if vocab is None:
                 head = weight
-            elif weight.requires_grad:
-                head = None
             else:
-                head = weight.index_select(0, vocab.to(weight.device))
+                with torch.no_grad():
+                    head = weight.index_select(0, vocab.to(weight.device))
             self.__dict__["_head_weight"] = head
             self.__dict__["_head_source"] = (weight, vocab, versions)
         if self.int8_drafting:
-            self.__dict__["_int8_head"].refresh(self._head())
+            self.__dict__["_int8_head"].refresh(self.__dict__["_head_weight"])
 
     def attach_foresight(self, adapter, calibration=None) -> None:
         """Use a foresight adapter for foresight drafting and context refresh
@@ -348,12 +347,7 @@ class JetSpecDrafter(PreTrainedModel):
     def _head(self) -> torch.Tensor:
         """The draft head: the target's LM head rows of the draft vocabulary [V_draft, H]."""
         head = self.__dict__["_head_weight"]
-        if head is not None:
-            return head
-        weight = self.target.get_output_embeddings().weight
-        if self.config.draft_vocab_size is None:
-            return weight
-        return weight.index_select(0, self.draft_vocab.to(weight.device))
+        return self.target.get_output_embeddings().weight if head is None else head
 
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over the draft vocabulary (the target's LM head rows) for drafter outputs."""
@@ -402,8 +396,8 @@ class JetSpecDrafter(PreTrainedModel):
                     quantize_linear(linear)
             if self.__dict__.get("_int8_head") is None:
                 self.__dict__["_int8_head"] = Int8Head()
-            if self.__dict__["_target"] is not None:  # else at attach_target
-                self.__dict__["_int8_head"].refresh(self._head())
+            if self.__dict__["_head_weight"] is not None:  # else at attach_target
+                self.__dict__["_int8_head"].refresh(self.__dict__["_head_weight"])
         else:
             for linear in linears:
                 restore_linear(linear)
@@ -421,10 +415,20 @@ class JetSpecDrafter(PreTrainedModel):
         return self.__dict__.get("_int8_head") is not None
 
     @torch.no_grad()
-    def append_context(self, cache: DrafterCache, target_states: torch.Tensor, positions: torch.Tensor) -> None:
-        """Add verified positions (their read-layer states [1, T, n*H]) to the drafter cache."""
+    def append_context(self, cache: DrafterCache, target_states: torch.Tensor | list[torch.Tensor], positions: torch.Tensor,
+                       window: int | None = None) -> None:
+        """Add verified positions to the drafter cache: their read-layer states [1, T, n*H], or the list
+        of per-layer states [1, T, H] (concatenated here). With a ``window``, only the newest
+        ``window`` of them are projected, and the cache keeps its newest ``window`` rows."""
+        if window is not None:
+            positions = positions[-window:]
+            target_states = [s[:, -window:] for s in target_states] if isinstance(target_states, list) else target_states[:, -window:]
+        if isinstance(target_states, list):
+            target_states = torch.cat(target_states, dim=-1)
         ctx = self.project_context(target_states.to(self.device))
         cos, sin = self._rotary(positions[None])
+        if window is not None and len(cache) + positions.numel() > window:
+            cache.keep_last(max(window - positions.numel(), 0))
         for i, layer in enumerate(self.layers):
             k, v = layer.context_kv(ctx, cos, sin)
             cache.append(i, k, v)

@@ -7,7 +7,9 @@ on the assistant's class: a :class:`~hf_jetspec.JetSpecDrafter` gets a
 original method unchanged. Two more private methods are wrapped with the same dispatch and nothing
 else: ``_validate_generation_mode`` (JetSpec-specific errors before generic ones) and
 ``_assisted_decoding`` (the output is cut at the first token where a stopping criterion fires, as
-plain decoding would stop; see :mod:`hf_jetspec.stopping`). :func:`install` runs on ``import hf_jetspec``; :func:`uninstall`
+plain decoding would stop; see :mod:`hf_jetspec.stopping`). While a JetSpec call runs, a CPU target
+with SDPA attention attends through :mod:`hf_jetspec.gqa_attention` (a public ``AttentionInterface``
+registration, switched back afterwards). :func:`install` runs on ``import hf_jetspec``; :func:`uninstall`
 restores the originals.
 """
 
@@ -75,34 +77,45 @@ def _wrap_validate_generation_mode(original):
 def _wrap_assisted_decoding(original):
     @functools.wraps(original)
     def _assisted_decoding(self, input_ids, *args, **kwargs):
-        drafter = kwargs.get("assistant_model")
-        if _is_drafter(drafter) and drafter.drafting_config.tree is not None and not args:
-            from .tree_decoding import tree_decoding  # tree rounds: our own verification loop
+        if not _is_drafter(kwargs.get("assistant_model")):
+            return original(self, input_ids, *args, **kwargs)
+        from .gqa_attention import masked_gqa
 
-            names = ("logits_processor", "stopping_criteria", "generation_config", "synced_gpus", "streamer", "inputs_tensor",
-                     "assistant_model", "assistant_tokenizer", "tokenizer")
-            given = {name: kwargs.pop(name, None) for name in names}
-            return tree_decoding(self, input_ids, given["logits_processor"], given["stopping_criteria"], given["generation_config"],
-                                 given["streamer"], drafter, kwargs)
-        generators: list = []
-        _running_calls().append(generators)
-        try:
-            result = original(self, input_ids, *args, **kwargs)
-        finally:
-            _running_calls().pop()
-            assistant = kwargs.get("assistant_model")
-            for generator in generators:  # only JetSpec generators are registered: stop the worker, hand over the statistics
-                assistant.generation_stats = generator.close()
-        criteria = kwargs.get("stopping_criteria")
-        if not _is_drafter(kwargs.get("assistant_model")) or criteria is None:
-            return result
-        from .stopping import first_stop_length, truncate_generate_output
-
-        sequences = result if isinstance(result, torch.Tensor) else result.sequences
-        keep = first_stop_length(sequences, input_ids.shape[1], criteria)
-        return result if keep == sequences.shape[1] else truncate_generate_output(result, keep, input_ids.shape[1])
+        with masked_gqa(self):  # verification forwards attend over grouped heads without copying the cache
+            return _jetspec_decoding(original, self, input_ids, *args, **kwargs)
 
     return _assisted_decoding
+
+
+def _jetspec_decoding(original, self, input_ids, *args, **kwargs):
+    """``_assisted_decoding`` with a JetSpec drafter: tree rounds in our own loop, chain rounds in
+    transformers' (the generator's statistics handed to the drafter), cut at the first stop."""
+    drafter = kwargs.get("assistant_model")
+    if drafter.drafting_config.tree is not None and not args:
+        from .tree_decoding import tree_decoding  # tree rounds: our own verification loop
+
+        names = ("logits_processor", "stopping_criteria", "generation_config", "synced_gpus", "streamer", "inputs_tensor",
+                 "assistant_model", "assistant_tokenizer", "tokenizer")
+        given = {name: kwargs.pop(name, None) for name in names}
+        return tree_decoding(self, input_ids, given["logits_processor"], given["stopping_criteria"], given["generation_config"],
+                             given["streamer"], drafter, kwargs)
+    generators: list = []
+    _running_calls().append(generators)
+    try:
+        result = original(self, input_ids, *args, **kwargs)
+    finally:
+        _running_calls().pop()
+        assistant = kwargs.get("assistant_model")
+        for generator in generators:  # only JetSpec generators are registered: stop the worker, hand over the statistics
+            assistant.generation_stats = generator.close()
+    criteria = kwargs.get("stopping_criteria")
+    if criteria is None:
+        return result
+    from .stopping import first_stop_length, truncate_generate_output
+
+    sequences = result if isinstance(result, torch.Tensor) else result.sequences
+    keep = first_stop_length(sequences, input_ids.shape[1], criteria)
+    return result if keep == sequences.shape[1] else truncate_generate_output(result, keep, input_ids.shape[1])
 
 
 _WRAPPERS = {

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .drafter_cache import gather_pending, trim_pending
+from .drafting_config import check_context_window
 from .jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
 from .stats import GenerationStats
 from .policy import (
@@ -272,6 +274,7 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
     _check_supported(target, cache, generation_config, input_ids, model_kwargs)
     drafter.attach_target(target)
     options = drafter.drafting_config
+    check_context_window(drafter, options)
     drafter.configure_engine(options)
     stats = GenerationStats()
     layer_ids = list(drafter.config.target_layer_ids)
@@ -285,13 +288,20 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
     policy = TreeRoundPolicy(target, drafter, options) if options.policy and options.tree == "auto" else None  # static shapes stay static
     pending = []  # verified states the drafter cache has not taken yet (with the policy, it takes them when it drafts)
 
-    def states_of(out, rows):
-        return torch.cat([out.hidden_states[i][:, rows] for i in hidden_layers], dim=-1)
+    window = options.context_window
+
+    def states_of(out, rows):  # per read layer: views for a slice, the kept rows' copies for a list
+        return [out.hidden_states[i][:, rows] for i in hidden_layers]
+
+    def keep(states, positions):
+        pending.append((states, positions))
+        trim_pending(pending, window)
 
     def flush():
         if pending:
-            drafter.append_context(dcache, torch.cat([st for st, _ in pending], dim=1), torch.cat([pos for _, pos in pending]))
+            states, positions = gather_pending(pending, window)
             pending.clear()
+            drafter.append_context(dcache, states, positions, window=window)
 
     # prefill: the first token is the target's own step
     t0 = time.perf_counter()
@@ -299,7 +309,7 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
     out = _forward(target, input_ids, torch.arange(n, device=device)[None], None, cache, hidden_layers)
     tokens, probs = _choose(out.logits[0, -1:].float(), [input_ids[0]], logits_processor, do_sample)
     first = int(tokens[0]) if probs is None else int(torch.multinomial(probs[0], 1))
-    pending.append((states_of(out, slice(0, n)), torch.arange(n)))
+    keep(states_of(out, slice(0, n)), torch.arange(n))
     if policy is None:
         flush()
     stats.prefill_time_s += time.perf_counter() - t0
@@ -348,7 +358,7 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
         accepted, bonus = accept_greedy(tree, choice.cpu()) if probs is None else accept_sampled(tree, probs)
         rows = [0] + [1 + i for i in accepted]
         keep_cache_rows(cache, cur - 1, rows)
-        pending.append((states_of(out, rows), torch.arange(cur - 1, cur - 1 + len(rows))))
+        keep(states_of(out, rows), torch.arange(cur - 1, cur - 1 + len(rows)))
         if policy is None:
             flush()
         committed = [int(tree.tokens[i]) for i in accepted] + [bonus]

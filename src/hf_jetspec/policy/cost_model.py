@@ -39,11 +39,17 @@ class CostModel:
     """Verification and drafting costs for the round policy.
 
     ``verify_cost(n)`` is, for a forward size ``n`` seen in at least ``min_observations`` rounds,
-    the running average of those rounds' times; otherwise the profile's forward time of ``n`` tokens
-    plus the running overhead (the rounds' average excess over the profile). The curve is made
-    non-decreasing in ``n``. ``draft_cost(passes)`` is the running time of one drafter pass times
-    ``passes``. Running estimates are exponential moving averages with weight ``ema`` on the newest
-    observation.
+    the running average of those rounds' times. Between two such sizes it is interpolated linearly;
+    beyond them it follows the warm-up profile's shape, scaled to the nearest observed size
+    (``observed(m) * profile(n) / profile(m)``). Before any size is observed it is the profile's
+    forward time plus the running overhead (the rounds' average excess over the profile).
+
+    The rounds, not the profile, decide: the warm-up profile is taken over a short context, and at
+    a long one the costs grow by a factor that depends on the device and dtype (bf16 attention on
+    CPU reads a long cache faster for two query rows than for one, so verifying one draft token
+    can cost less than a plain step). So the curve is not forced to be non-decreasing where rounds
+    say otherwise. ``draft_cost(passes)`` is the running time of one drafter pass times ``passes``.
+    Running estimates are exponential moving averages with weight ``ema`` on the newest observation.
     """
 
     def __init__(self, sizes: Sequence[int], seconds: Sequence[float], draft_pass_s: float = 0.0, ema: float = 0.1,
@@ -63,23 +69,30 @@ class CostModel:
     def forward_cost(self, n_tokens: int) -> float:
         return interpolate_monotone(self.sizes, self.seconds, n_tokens)
 
-    def _raw_cost(self, n_tokens: int) -> float:
-        seen = self._by_size.get(n_tokens)
-        if seen is not None and seen[1] >= self.min_observations:
-            return seen[0]
-        return self.forward_cost(n_tokens) + self.overhead_s
+    def observed_sizes(self) -> dict[int, float]:
+        """Running seconds of every forward size seen in at least ``min_observations`` rounds."""
+        return {n: t for n, (t, count) in sorted(self._by_size.items()) if count >= self.min_observations}
 
-    def verify_cost(self, n_tokens: int) -> float:
+    def verify_cost(self, n_tokens: int, observed: dict[int, float] | None = None) -> float:
         """Seconds of a verification round over ``n_tokens`` positions (anchor included)."""
-        return max(max(self._raw_cost(n) for n in range(1, n_tokens + 1)), 1e-6)
+        seen = self.observed_sizes() if observed is None else observed
+        if n_tokens in seen:
+            return max(seen[n_tokens], 1e-6)
+        if not seen:
+            return max(self.forward_cost(n_tokens) + self.overhead_s, 1e-6)
+        below = max((m for m in seen if m < n_tokens), default=None)
+        above = min((m for m in seen if m > n_tokens), default=None)
+        if below is not None and above is not None:
+            cost = seen[below] + (seen[above] - seen[below]) * (n_tokens - below) / (above - below)
+        else:
+            anchor = below if below is not None else above
+            cost = seen[anchor] * self.forward_cost(n_tokens) / max(self.forward_cost(anchor), 1e-9)
+        return max(cost, 1e-6)
 
     def verify_costs(self, max_drafts: int) -> list[float]:
         """``[c(0), ..., c(max_drafts)]``: verifying ``L`` drafts is a forward of ``L + 1`` tokens."""
-        out, running = [], 0.0
-        for length in range(max_drafts + 1):
-            running = max(running, self._raw_cost(length + 1))
-            out.append(max(running, 1e-6))
-        return out
+        seen = self.observed_sizes()
+        return [self.verify_cost(length + 1, seen) for length in range(max_drafts + 1)]
 
     def draft_cost(self, passes: int) -> float:
         return self.draft_pass_s * passes
