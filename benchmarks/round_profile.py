@@ -17,8 +17,10 @@ of the ``long-chat`` sets, uncut: about 11k tokens) cut to exactly that many tok
 - ``jetspec``: the shipped options, untouched.
 
 Each generates ``--steps`` tokens after the prompt. A round's time runs from one call of the
-candidate generator to the next (the target's prefill excluded); ``hf-plain``'s step is the whole
-loop time after the prefill forward, per token. Per round it is split into
+candidate generator to the next (the target's prefill excluded); ``hf-plain``'s step runs from
+one decoding forward's start to the next's (the median). ``ms_per_token`` is the whole call after
+the prefill forward over the tokens it made, set-up included. Per round (means; ``median_total_ms``
+beside them) it is split into
 
 - ``forward_ms``: the target forward (verification, or the plain step), hidden states included;
 - ``states_ms``: gathering the new read-layer hidden states;
@@ -28,7 +30,8 @@ loop time after the prefill forward, per token. Per round it is split into
 - ``policy_ms``: the rest of the candidate generator (choices, statistics, bookkeeping);
 - ``loop_ms``: the rest of transformers' assisted loop (masks, inputs, acceptance, cache crop).
 
-``overhead`` is a round over ``hf-plain``'s step at the same context. Run it alone on the machine.
+``overhead`` (``median_overhead``) is the mean (median) round over ``hf-plain``'s step at the same
+context. Run it alone on the machine.
 """
 
 from __future__ import annotations
@@ -179,12 +182,15 @@ def run_profiled(target, ids, generate_kwargs, steps: int, gate=None):
 
 
 def plain_step_ms(target, ids, steps: int) -> tuple[float, float]:
-    """transformers' own greedy loop: (ms per token after the prefill forward, ms of the forward alone)."""
+    """transformers' own greedy loop: (median ms from one decoding step's forward to the next's, the
+    whole step; median ms of the forward alone)."""
+    starts: list[float] = []
     forwards: list[float] = []
 
     def forward_wrap(fn):
         def inner(*args, **kwargs):
             t0 = time.perf_counter()
+            starts.append(t0)
             out = fn(*args, **kwargs)
             forwards.append(time.perf_counter() - t0)
             return out
@@ -192,12 +198,10 @@ def plain_step_ms(target, ids, steps: int) -> tuple[float, float]:
         return inner
 
     with patched(target, "forward", forward_wrap):
-        t0 = time.perf_counter()
         with torch.no_grad():
-            out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=steps + 1)
-        total = time.perf_counter() - t0
-    new = out.shape[1] - ids.shape[1] - 1
-    return 1000 * (total - forwards[0]) / new, 1000 * statistics.median(forwards[1:])
+            target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=steps + 1)
+    steps_s = [b - a for a, b in zip(starts[1:], starts[2:])]  # decoding steps only: the prefill is the first forward
+    return 1000 * statistics.median(steps_s), 1000 * statistics.median(forwards[1:])
 
 
 def summarise(rounds: list[dict], sources: list[str]) -> dict:
@@ -207,7 +211,8 @@ def summarise(rounds: list[dict], sources: list[str]) -> dict:
         for r, s in zip(rounds, sources):
             groups.setdefault(s, []).append(r)
     for name, rows in groups.items():
-        out[name] = {"rounds": len(rows), **{k: round(statistics.mean(r[k] for r in rows), 3) for k in (*COMPONENTS, "total_ms")}}
+        out[name] = {"rounds": len(rows), **{k: round(statistics.mean(r[k] for r in rows), 3) for k in (*COMPONENTS, "total_ms")},
+                     "median_total_ms": round(statistics.median(r["total_ms"] for r in rows), 3)}
     return out
 
 
@@ -267,7 +272,9 @@ def main(argv=None) -> None:
                                "drafter": dict(policy=True, ngram=False, ngram_seed=False),
                                "jetspec": {}}[name]
                     gate = {"plain": False, "ngram": False, "drafter": True}.get(name)
-                    drafter.drafting_config = shipped.replace(**changes, context_window=args.context_window)
+                    if args.context_window is not None:
+                        changes = {**changes, "context_window": args.context_window}
+                    drafter.drafting_config = shipped.replace(**changes)
                     drafter.output_memory.clear()
                     rounds, sources, seconds, new = run_profiled(target, ids, {"assistant_model": drafter}, args.steps, gate)
                     per[name].append({"summary": summarise(rounds, sources), "ms_per_token": 1000 * seconds / max(new - 1, 1)})
@@ -286,11 +293,13 @@ def main(argv=None) -> None:
                     for key, group in summary.items():
                         if isinstance(group, dict):
                             group["overhead"] = round(group["total_ms"] / step, 3)
+                            group["median_overhead"] = round(group["median_total_ms"] / step, 3)
                 row[name] = {**summary, "ms_per_token": round(statistics.median(r["ms_per_token"] for r in runs), 3),
                              "round_ms_repeats": [round(r["summary"]["all"]["total_ms"], 3) for r in runs]}
             result["rows"].append(row)
             print(json.dumps({k: row[k] for k in ("dtype", "context", "hf_plain_step_ms", "hf_plain_forward_ms")}),
-                  {n: {"round_ms": row[n]["all"]["total_ms"], "ms_per_token": row[n]["ms_per_token"]} for n in configs if n != "hf-plain"},
+                  {n: {"round_ms": row[n]["all"]["total_ms"], "median_round_ms": row[n]["all"]["median_total_ms"],
+                       "ms_per_token": row[n]["ms_per_token"]} for n in configs if n != "hf-plain"},
                   flush=True)
         del target, drafter
     result["environment"]["platform"] = platform.platform()
@@ -302,8 +311,9 @@ def main(argv=None) -> None:
 
 
 def markdown(result: dict) -> str:
-    lines = ["| dtype | context | HF step ms | config | source | rounds | round ms | / HF step | forward | states | cache fill | n-gram | draft | policy | loop |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| dtype | context | HF step ms | config | source | rounds | round ms (mean) | median | median / HF step | forward | states | "
+             "cache fill | n-gram | draft | policy | loop |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in result["rows"]:
         for name, data in row.items():
             if not isinstance(data, dict):
@@ -313,7 +323,8 @@ def markdown(result: dict) -> str:
                     continue
                 step = row["hf_plain_step_ms"]
                 lines.append(f"| {row['dtype']} | {row['context']} | {step:.1f} | {name} | {source} | {g['rounds']} | {g['total_ms']:.1f} | "
-                             f"{g.get('overhead', float('nan')):.3f} | " + " | ".join(f"{g[k]:.2f}" for k in COMPONENTS) + " |")
+                             f"{g['median_total_ms']:.1f} | {g.get('median_overhead', float('nan')):.3f} | "
+                             + " | ".join(f"{g[k]:.2f}" for k in COMPONENTS) + " |")
     return "\n".join(lines)
 
 

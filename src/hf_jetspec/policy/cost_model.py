@@ -65,9 +65,14 @@ class CostModel:
         self.observed_rounds = 0
         self.observed_drafts = 0
         self._by_size: dict[int, tuple[float, int]] = {}  # n -> (running seconds, count)
+        self._profile: dict[int, float] = {}  # n -> the profile's (interpolated) forward time
 
     def forward_cost(self, n_tokens: int) -> float:
-        return interpolate_monotone(self.sizes, self.seconds, n_tokens)
+        """The warm-up profile's forward time of ``n_tokens`` (interpolated once per size, then kept)."""
+        cost = self._profile.get(n_tokens)
+        if cost is None:
+            cost = self._profile[n_tokens] = interpolate_monotone(self.sizes, self.seconds, n_tokens)
+        return cost
 
     def observed_sizes(self) -> dict[int, float]:
         """Running seconds of every forward size seen in at least ``min_observations`` rounds."""
