@@ -4,6 +4,7 @@ import json
 
 import evaluate
 import pytest
+import torch
 
 from hf_jetspec import metrics
 
@@ -131,3 +132,20 @@ def test_acceptance_on_items_restores_options(trained_llama):
     assert r["exact"] and r["tau"] > 1.0 and r["rounds"] > 0
     assert set(refs) == {"0", "1"}  # AR references cached for the next call
     assert drafter.drafting_config == before
+
+
+def test_bench_items_past_the_target_context_are_refused(llama_target):
+    from hf_jetspec.bench import build_items
+    from hf_jetspec.data import EvalPrompt
+
+    class WordTokenizer:  # one token per word, no chat template
+        chat_template = None
+
+        def __call__(self, text, return_tensors=None):
+            return {"input_ids": torch.arange(len(text.split()))[None] % 100}
+
+    limit = llama_target.config.max_position_embeddings
+    fits = EvalPrompt("fits", (" ".join(["w"] * (limit - 10)),), "local")
+    assert build_items(WordTokenizer(), llama_target, [fits], 10)[0][1].shape[1] == limit - 10
+    with pytest.raises(ValueError, match="exceed the target's .*-position context: lower --max-new-tokens"):
+        build_items(WordTokenizer(), llama_target, [fits], 11)

@@ -202,11 +202,12 @@ class TreeRoundPolicy:
         self._ngram_nodes: list[int] = []
         self._scored: list[tuple[float, int]] = []  # (raw score, node) of the verified drafter nodes
 
-    def plan(self, input_ids, max_depth: int, draft):
+    def plan(self, input_ids, max_depth: int, draft, before_draft=None):
         """This round's tree and its source (``"plain"``, ``"ngram"`` or ``"drafter"``).
 
         ``draft(seed)`` drafts the block (seeded with an n-gram continuation, or not) and returns
-        ``(TopkDraft, branches or None, passes)``."""
+        ``(TopkDraft, branches or None, passes)``; ``before_draft()``, untimed, brings the drafter's
+        cache up to date first (rows of earlier plain rounds are paid once, not per pass)."""
         opts = self.options
         self.index.extend(input_ids[0, len(self.index.tokens) :].tolist())
         costs = self.cost.verify_costs(opts.budget - 1)
@@ -218,6 +219,8 @@ class TreeRoundPolicy:
             free = choose_verify_length(probs, costs)
         self._proposal, self._ngram_nodes, self._scored = proposal, [], []
         if max_depth > 0 and self.gate.should_draft(free.rate):
+            if before_draft is not None:
+                before_draft()
             t0 = time.perf_counter()
             seed = proposal.tokens if (proposal is not None and opts.ngram_seed) else []
             topk, branches, passes = draft(seed)
@@ -337,7 +340,7 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
             return topk, branches, passes
 
         if policy is not None:
-            tree, source = policy.plan(input_ids, max_depth, draft)
+            tree, source = policy.plan(input_ids, max_depth, draft, before_draft=flush)
             stats.round_sources.append(source)
             stats.chosen_lengths.append(len(tree))
         elif max_depth > 0:
