@@ -95,8 +95,10 @@ def test_generation_with_a_context_window_is_exact(trained_llama, changes, windo
 def test_context_window_refuses_what_it_cannot_serve(llama_target):
     with pytest.raises(ValueError, match="context_window must be None or an int >= 1"):
         DraftingConfig(context_window=0)
-    with pytest.raises(ValueError, match="does not apply to foresight"):
-        DraftingConfig(context_window=64, foresight=True)
+    # foresight rounds read the whole context: the window (a shipped default) is not applied there
+    assert DraftingConfig(context_window=64, foresight=True).effective_context_window is None
+    assert DraftingConfig(context_window=64, num_jacobi_passes=1, num_context_refreshes=1).effective_context_window is None
+    assert DraftingConfig(context_window=64).effective_context_window == 64
     drafter = JetSpecDrafter.for_target(llama_target, sliding_window=32)
     drafter.drafting_config = drafter.drafting_config.replace(context_window=16)
     with pytest.raises(ValueError, match="already reads a sliding window"):

@@ -190,9 +190,9 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self._ctx_len = cur_len - 1
         if self.policy:  # the drafter cache is filled only when the drafter runs
             self._pending_ctx.append((states, positions))
-            trim_pending(self._pending_ctx, self.options.context_window)
+            trim_pending(self._pending_ctx, self.options.effective_context_window)
         else:
-            self.drafter.append_context(self.cache, states, positions, window=self.options.context_window)
+            self.drafter.append_context(self.cache, states, positions, window=self.options.effective_context_window)
         if self.engine is not None:
             self.engine.observe(torch.cat(states, dim=-1), model_outputs.hidden_states, new_rows, positions)
         self._is_prefill = False
@@ -304,7 +304,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         """Bring the drafter cache up to date with the verified positions it has not seen yet."""
         if not self._pending_ctx:
             return
-        window = self.options.context_window
+        window = self.options.effective_context_window
         states, positions = gather_pending(self._pending_ctx, window)
         self._pending_ctx.clear()
         self.drafter.append_context(self.cache, states, positions, window=window)

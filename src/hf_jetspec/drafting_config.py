@@ -87,8 +87,10 @@ class DraftingConfig:
             (None: all of them). Its cache keeps those rows only, and a drafter run after plain
             steps projects only the newest ``context_window`` of the rows it has not seen, so a
             drafter pass and its cache fill stop growing with the prompt. Proposals change, the
-            output does not (verification is exact). Not with foresight, nor with a drafter whose
-            own config sets ``sliding_window``.
+            output does not (verification is exact). Foresight rounds read the whole context
+            (their adapter and decoder index it by position), so with ``foresight`` or
+            ``num_context_refreshes`` the window is not applied. Not with a drafter whose own config
+            sets ``sliding_window``.
     """
 
     budget: int = 16
@@ -152,9 +154,6 @@ class DraftingConfig:
         if self.context_window is not None:
             if not isinstance(self.context_window, int) or isinstance(self.context_window, bool) or self.context_window < 1:
                 raise ValueError(f"context_window must be None or an int >= 1 (verified positions the drafter reads), got {self.context_window!r}")
-            if self.needs_foresight_models:
-                raise ValueError("context_window does not apply to foresight rounds (their models read the whole context): "
-                                 "set context_window=None with foresight / num_context_refreshes")
         for name in ("compile", "int8"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
@@ -164,6 +163,11 @@ class DraftingConfig:
     @property
     def needs_foresight_models(self) -> bool:
         return self.foresight or self.num_context_refreshes > 0
+
+    @property
+    def effective_context_window(self) -> int | None:
+        """``context_window`` where it applies (not in foresight rounds, which read the whole context)."""
+        return None if self.needs_foresight_models else self.context_window
 
     @property
     def tree_passes(self) -> int:
@@ -204,6 +208,6 @@ class DraftingConfig:
 def check_context_window(drafter, options) -> None:
     """``context_window`` moves cache rows away from their position's index, which a drafter with its
     own sliding-window mask (row t = position t) cannot take."""
-    if options.context_window is not None and drafter.config.sliding_window is not None:
+    if options.effective_context_window is not None and drafter.config.sliding_window is not None:
         raise ValueError(f"this drafter already reads a sliding window of {drafter.config.sliding_window} positions "
                          "(config.sliding_window): leave drafting_config.context_window at None")

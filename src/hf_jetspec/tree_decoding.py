@@ -291,7 +291,7 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
     policy = TreeRoundPolicy(target, drafter, options) if options.policy and options.tree == "auto" else None  # static shapes stay static
     pending = []  # verified states the drafter cache has not taken yet (with the policy, it takes them when it drafts)
 
-    window = options.context_window
+    window = options.effective_context_window
 
     def states_of(out, rows):  # per read layer: views for a slice, the kept rows' copies for a list
         return [out.hidden_states[i][:, rows] for i in hidden_layers]
