@@ -4,10 +4,10 @@ A verification forward has several query rows, so it needs a causal mask. transf
 (5.24) then expands the keys and values of every grouped-query layer to all query heads
 (``repeat_kv``) before calling ``scaled_dot_product_attention``, because masked grouped-query SDPA
 falls back to the math kernel on CUDA. On CPU, torch's flash kernel takes the mask and the grouped
-heads as they are (``enable_gqa=True``), and the copies are what a long cache makes expensive:
-SmolLM2-135M in fp32 over an 8,000-token cache spends 127 of 267 ms of a 2-token forward in them
-(``benchmarks/README.md``, "Long prompts"), while a plain 1-token step, which needs no mask, never
-copies.
+heads as they are (``enable_gqa=True``), and the copies are what a long cache makes expensive: a
+2-token forward of SmolLM2-135M in fp32 over an 8,000-token cache takes 235 ms with them and 124 ms
+without (``benchmarks/verify_forward_cost.py``), while a plain 1-token step, which needs no mask,
+never copies.
 
 :func:`masked_gqa` switches a CPU target with SDPA attention to :func:`gqa_sdpa_attention` for the
 duration of one ``generate`` call (the seam does it for JetSpec drafters), registered with
