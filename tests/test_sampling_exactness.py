@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 from transformers import LlamaConfig, LlamaForCausalLM
-from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 import hf_jetspec.candidate_generator as cg
 from hf_jetspec import JetSpecDrafter
@@ -96,16 +96,80 @@ class SoftmaxAsProposal(cg.JetSpecCandidateGenerator):
         return candidates, logits[None].float()
 
 
+def wrong_speculative_sampling(ratio: str = "p/q", residual: bool = True):
+    """Algorithm 1 of Leviathan et al. with a deliberate fault, to patch over transformers' verifier:
+    ``ratio="q/p"`` accepts with min(1, q/p); ``residual=False`` draws the correction from p, not
+    from norm(max(p - q, 0))."""
+
+    def verify(candidate_input_ids, candidate_logits, candidate_length, new_logits, assistant_ensemble_weight=None):
+        drafts = candidate_input_ids[0, -candidate_length:]
+        q, p = candidate_logits[0].softmax(-1), new_logits[0].softmax(-1)
+        rows = torch.arange(candidate_length)
+        q_i, p_i = q[rows, drafts], p[rows, drafts]
+        r = (q_i / p_i) if ratio == "q/p" else (p_i / q_i)
+        ok = torch.rand_like(r) <= r
+        n = int(((~ok).cumsum(-1) < 1).sum())
+        if n < candidate_length and residual:
+            fix = torch.clamp(p[n] - q[n], min=0)
+            fix = fix / fix.sum()
+        else:
+            fix = p[n]
+        t = torch.multinomial(fix, 1)
+        return torch.cat([drafts[:n], t])[None], torch.tensor(n)
+
+    return verify
+
+
 @pytest.fixture(scope="module")
 def target():
     return small_target()
+
+
+@pytest.mark.parametrize("kwargs", [{"temperature": 1.0, "top_k": 0}, {"temperature": 0.7, "top_k": 0, "top_p": 0.8}])
+@pytest.mark.parametrize("policy", [False, True])
+def test_sampled_chain_drafts_follow_the_exact_law(target, kwargs, policy):
+    """Drafts drawn from q and verified with min(1, p/q) (transformers' verifier, handed our proposal logits)."""
+    drafter = sharp_drafter(target)
+    drafter.drafting_config = drafter.drafting_config.replace(policy=policy, sampled_drafts=True, ngram=False)
+    processors = [TemperatureLogitsWarper(kwargs["temperature"])]
+    if "top_p" in kwargs:
+        processors.append(TopPLogitsWarper(kwargs["top_p"]))
+    law = exact_joint(target, processors)
+    counts = empirical(target, drafter, **kwargs)
+    assert drafter.generation_stats.sampled_drafts >= 1  # the last call drew its block from q
+    assert chi2_pvalue(law, counts) > 1e-3
+
+
+@pytest.mark.parametrize("fault", [{"ratio": "q/p"}, {"residual": False}])
+def test_a_wrong_rejection_verifier_is_detected(target, monkeypatch, fault):
+    import transformers.generation.utils as gen_utils
+
+    monkeypatch.setattr(gen_utils, "_speculative_sampling", wrong_speculative_sampling(**fault))
+    drafter = sharp_drafter(target)
+    drafter.drafting_config = drafter.drafting_config.replace(policy=False, sampled_drafts=True)
+    law = exact_joint(target, [TemperatureLogitsWarper(1.0)])
+    counts = empirical(target, drafter, temperature=1.0, top_k=0)
+    assert chi2_pvalue(law, counts) < 1e-3
+
+
+def test_the_correct_reference_verifier_passes(target, monkeypatch):
+    """The fault-injection helper without a fault is a correct verifier: what the two tests above
+    detect is the fault, not the helper."""
+    import transformers.generation.utils as gen_utils
+
+    monkeypatch.setattr(gen_utils, "_speculative_sampling", wrong_speculative_sampling())
+    drafter = sharp_drafter(target)
+    drafter.drafting_config = drafter.drafting_config.replace(policy=False, sampled_drafts=True)
+    law = exact_joint(target, [TemperatureLogitsWarper(1.0)])
+    counts = empirical(target, drafter, temperature=1.0, top_k=0)
+    assert chi2_pvalue(law, counts) > 1e-3
 
 
 @pytest.mark.parametrize("kwargs", [{"temperature": 1.0, "top_k": 0}, {"temperature": 0.7, "top_k": 3}])
 @pytest.mark.parametrize("policy", [True, False])
 def test_sampled_joint_matches_exact_law(target, kwargs, policy):
     drafter = sharp_drafter(target)
-    drafter.drafting_config = drafter.drafting_config.replace(policy=policy)
+    drafter.drafting_config = drafter.drafting_config.replace(policy=policy, sampled_drafts=False)  # point masses
     processors = [TemperatureLogitsWarper(kwargs["temperature"])]
     if kwargs["top_k"]:
         processors.append(TopKLogitsWarper(kwargs["top_k"]))
@@ -119,7 +183,7 @@ def test_sampled_joint_matches_exact_law(target, kwargs, policy):
 def test_softmax_as_proposal_is_detected(target, monkeypatch):
     monkeypatch.setattr(cg, "JetSpecCandidateGenerator", SoftmaxAsProposal)
     drafter = sharp_drafter(target)
-    drafter.drafting_config = drafter.drafting_config.replace(policy=False)  # every round drafts a full block
+    drafter.drafting_config = drafter.drafting_config.replace(policy=False, sampled_drafts=False)  # full argmax blocks
     law = exact_joint(target, [TemperatureLogitsWarper(1.0)])
     counts = empirical(target, drafter, temperature=1.0, top_k=0)
     assert chi2_pvalue(law, counts) < 1e-3

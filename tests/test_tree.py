@@ -12,10 +12,12 @@ from scipy.stats import chisquare
 from hf_jetspec.tree import (
     DraftTree,
     accept_greedy,
+    accept_multidraft,
     accept_sampled,
     best_first_tree,
     chain_tree,
     ranked_tree,
+    sample_tree,
     sibling_tree,
     tree_attention_mask,
     tree_positions,
@@ -183,3 +185,119 @@ def test_tree_walk_samples_the_targets_law(walk, exact):
     expected = [p / sum(law) * samples for p in law]  # the law sums to 1 up to float rounding
     pvalue = chisquare(observed, expected).pvalue
     assert (pvalue > 1e-3) if exact else (pvalue < 1e-6)
+
+
+# ---------------------------------------------------------------------------- sampled trees (multi-draft rejection)
+Q = torch.tensor([  # the drafter's proposal per depth: close to the target, not equal
+    [0.25, 0.25, 0.40, 0.10],
+    [0.40, 0.30, 0.20, 0.10],
+    [0.10, 0.20, 0.30, 0.40],
+])
+SHAPE = best_first_tree(torch.tensor([[1, 2, 0], [0, 2, 3], [1, 3, 2]]),
+                        torch.tensor([[0.5, 0.3, 0.2], [0.6, 0.3, 0.1], [0.5, 0.3, 0.2]]), budget=8)
+FROM_CHAIN = [i == 1 for i in range(len(SHAPE))]  # node 1 (token 2 at depth 1) stands for an n-gram point mass
+
+
+def test_sample_tree_by_hand_repeats_get_no_node():
+    one_hot = torch.zeros(3, VOCAB)
+    one_hot[:, 3] = 1.0  # every drafter draw is token 3
+    shape = sibling_tree(TOPK_IDS, (3, 1, 1))  # root: 3 draws; the first draw's chain goes 2 deeper
+    sampled = sample_tree(shape, [False] * len(shape), one_hot)
+    # root: draws 3, 3 (repeat), 3 (repeat); node 0 (token 3) keeps the chain under the first draw
+    assert sampled.tree.tokens.tolist() == [3, 3, 3]
+    assert sampled.tree.parents.tolist() == [-1, 0, 1]
+    assert sampled.draws[0] == [(3, 0, 0), (3, 0, -1), (3, 0, -1)]
+    assert sampled.draws[1] == [(3, 1, 1)] and sampled.draws[2] == [(3, 2, 2)]
+    assert sampled.origin == [0, 3, 4]
+
+
+def test_sample_tree_keeps_point_masses_and_skips_empty_rows():
+    q = Q.clone()
+    q[1] = float("nan")  # depth 2 emptied by the processors: no draws there
+    torch.manual_seed(0)
+    sampled = sample_tree(SHAPE, FROM_CHAIN, q)
+    assert 2 in sampled.tree.children(-1)  # the point mass kept its token
+    assert int(sampled.tree.depths.max()) == 1 or all(
+        FROM_CHAIN[sampled.origin[i]] for i in range(len(sampled.tree)) if int(sampled.tree.depths[i]) == 2)
+
+
+def test_multidraft_acceptance_by_hand():
+    # root with two draws of token 0 from q = [0.5, 0.5] and p = [0.2, 0.8]: the first is accepted
+    # with p/q = 0.4; after a rejection the residual is norm(max(p - q, 0)) = [0, 1], so the repeat
+    # is never accepted and the bonus is token 1.
+    tree = DraftTree(torch.tensor([0]), torch.tensor([-1]), torch.tensor([1]))
+    from hf_jetspec.tree import SampledTree
+
+    sampled = SampledTree(tree, [[(0, 0, 0), (0, 0, -1)], []], [0])
+    p = torch.tensor([[0.2, 0.8], [0.5, 0.5]])
+    q = torch.tensor([[0.5, 0.5]])
+    torch.manual_seed(3)
+    outcomes = [accept_multidraft(sampled, p, q) for _ in range(4000)]
+    first = sum(1 for acc, _ in outcomes if acc == [0]) / len(outcomes)
+    assert abs(first - 0.4) < 0.03
+    assert all(bonus == 1 for acc, bonus in outcomes if not acc)
+
+
+def _multidraft_walk(fault=None):
+    def walk(tree, probs, generator):
+        sampled = sample_tree(tree, FROM_CHAIN, Q)
+        rows = [ROOT] + sampled.tree.tokens.tolist()
+        target = LAW[torch.tensor(rows)]
+        if fault is None:
+            accepted, bonus = accept_multidraft(sampled, target, Q)
+        else:
+            accepted, bonus = _faulty_multidraft(sampled, target, Q, fault)
+        return [sampled.tree.tokens[i] for i in accepted], bonus, sampled.tree
+    return walk
+
+
+def _faulty_multidraft(sampled, target, q_probs, fault):
+    """accept_multidraft with a deliberate fault: ``"q/p"`` accepts with min(1, q/p);
+    ``"no-residual"`` keeps verifying against p after a rejection and commits a draw of p."""
+    accepted, node = [], -1
+    while True:
+        p = target[node + 1].clone()
+        for token, row, child in sampled.draws[node + 1]:
+            q = torch.zeros_like(p)
+            q[token] = 1.0
+            if row >= 0:
+                q = q_probs[row]
+            ratio = (q[token] / p[token]) if fault == "q/p" else (p[token] / q[token])
+            if float(torch.rand(())) <= float(ratio) and child >= 0:
+                accepted.append(child)
+                node = child
+                break
+            if fault != "no-residual":
+                p = torch.clamp(p - q, min=0)
+                p = p / p.sum()
+        else:
+            return accepted, int(torch.multinomial(p, 1))
+
+
+@pytest.mark.parametrize("fault", [None, "q/p", "no-residual"])
+def test_sampled_tree_rounds_follow_the_targets_law(fault):
+    """Drafter nodes drawn from Q (one draw per node of the shape, repeats merged), an n-gram point
+    mass among the root's draws, verified by multi-draft rejection: the committed sequence follows
+    LAW exactly; either fault is detected."""
+    walk = _multidraft_walk(fault)
+    torch.manual_seed(5)
+    samples = 6000
+    counts = {}
+    for _ in range(samples):
+        toks, bonus, _ = walk(SHAPE, None, None)
+        seq = [int(t) for t in toks] + [bonus]
+        while len(seq) < LENGTH:
+            seq.append(int(torch.multinomial(LAW[seq[-1]], 1)))
+        key = tuple(seq[:LENGTH])
+        counts[key] = counts.get(key, 0) + 1
+    seqs = list(itertools.product(range(VOCAB), repeat=LENGTH))
+    law = []
+    for seq in seqs:
+        p, last = 1.0, ROOT
+        for t in seq:
+            p, last = p * float(LAW[last, t]), t
+        law.append(p)
+    observed = [counts.get(s, 0) for s in seqs]
+    expected = [p / sum(law) * samples for p in law]
+    pvalue = chisquare(observed, expected).pvalue
+    assert (pvalue > 1e-3) if fault is None else (pvalue < 1e-6)

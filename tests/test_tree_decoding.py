@@ -11,7 +11,7 @@ import torch
 from helpers import tiny_llama
 from test_sampling_exactness import NEW, PROMPT, chi2_pvalue, empirical, exact_joint, sharp_drafter, small_target
 from transformers import StoppingCriteria, StoppingCriteriaList
-from transformers.generation.logits_process import TemperatureLogitsWarper
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
 import hf_jetspec.tree_decoding as td
 from hf_jetspec import DraftingConfig, JetSpecDrafter
@@ -204,8 +204,9 @@ def _tree_drafter(target):
 
 @pytest.mark.parametrize("policy", [False, True])
 def test_tree_sampling_matches_the_exact_law(vocab4_target, policy):
+    """Top-k trees of point masses (``sampled_drafts=False``), verified by the point-mass rule."""
     drafter = _tree_drafter(vocab4_target)
-    drafter.drafting_config = drafter.drafting_config.replace(policy=policy)
+    drafter.drafting_config = drafter.drafting_config.replace(policy=policy, sampled_drafts=False)
     law = exact_joint(vocab4_target, [TemperatureLogitsWarper(1.0)])
     counts = empirical(vocab4_target, drafter, temperature=1.0, top_k=0)
     stats = drafter.generation_stats
@@ -226,7 +227,33 @@ def test_a_tree_verifier_that_accepts_an_undrawn_sibling_is_detected(vocab4_targ
 
     monkeypatch.setattr(td, "accept_sampled", wrong)
     drafter = _tree_drafter(vocab4_target)
-    drafter.drafting_config = drafter.drafting_config.replace(policy=False)  # full trees every round
+    drafter.drafting_config = drafter.drafting_config.replace(policy=False, sampled_drafts=False)  # full top-k trees
+    law = exact_joint(vocab4_target, [TemperatureLogitsWarper(1.0)])
+    counts = empirical(vocab4_target, drafter, temperature=1.0, top_k=0)
+    assert chi2_pvalue(law, counts) < 1e-3
+
+
+@pytest.mark.parametrize("kwargs", [{"temperature": 1.0, "top_k": 0}, {"temperature": 0.7, "top_k": 0, "top_p": 0.8}])
+@pytest.mark.parametrize("policy", [False, True])
+def test_sampled_tree_rounds_match_the_exact_law(vocab4_target, policy, kwargs):
+    """Drafter nodes drawn from q, verified by multi-draft rejection in our own loop."""
+    drafter = _tree_drafter(vocab4_target)
+    drafter.drafting_config = drafter.drafting_config.replace(policy=policy, sampled_drafts=True)
+    processors = [TemperatureLogitsWarper(kwargs["temperature"])]
+    if "top_p" in kwargs:
+        processors.append(TopPLogitsWarper(kwargs["top_p"]))
+    law = exact_joint(vocab4_target, processors)
+    counts = empirical(vocab4_target, drafter, **kwargs)
+    assert policy or drafter.generation_stats.sampled_drafts >= 1
+    assert chi2_pvalue(law, counts) > 1e-3
+
+
+def test_a_multidraft_verifier_without_the_residual_is_detected(vocab4_target, monkeypatch):
+    import hf_jetspec.tree as tree_mod
+
+    monkeypatch.setattr(tree_mod, "_residual", lambda p, token, q: p)  # keeps verifying against p after a rejection
+    drafter = _tree_drafter(vocab4_target)
+    drafter.drafting_config = drafter.drafting_config.replace(policy=False, sampled_drafts=True)
     law = exact_joint(vocab4_target, [TemperatureLogitsWarper(1.0)])
     counts = empirical(vocab4_target, drafter, temperature=1.0, top_k=0)
     assert chi2_pvalue(law, counts) < 1e-3

@@ -11,6 +11,7 @@ from transformers.generation.candidate_generator import CandidateGenerator
 from .drafter_cache import gather_pending, trim_pending
 from .drafting_config import check_context_window
 from .jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
+from .sampled_drafting import full_vocab_logits, proposal_logits, sample_block, top1_probs, usable_rows
 from .stats import GenerationStats
 
 
@@ -25,9 +26,13 @@ class JetSpecCandidateGenerator(CandidateGenerator):
     into the drafter's cache, the latest committed token becomes the anchor, and the drafter
     returns ``budget - 1`` argmax draft tokens after J0 and ``num_jacobi_passes`` Jacobi passes.
 
-    No proposal logits are returned, so transformers verifies by exact match: a draft token is kept
-    iff it equals the target's own draw (argmax under greedy) at that position. The output is the
-    target's, at any temperature and with any logits processor (seed 000, Appendix F.3).
+    Under greedy decoding no proposal logits are returned, so transformers verifies by exact match:
+    a draft token is kept iff it equals the target's argmax at that position. Under sampling a
+    drafter block is drawn from the final pass's distributions shaped by the target's logits
+    processors, and those proposal logits are returned, so transformers verifies with
+    ``min(1, p/q)`` and the residual (:mod:`hf_jetspec.sampled_drafting`, where the exactness
+    condition is written down); n-gram proposals stay point masses, verified by exact match. Either
+    way the output follows the target's law (seed 000, Appendix F.3).
     """
 
     requires_model_outputs = True
@@ -42,6 +47,10 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self.layer_ids = list(drafter.config.target_layer_ids)
         self.model_kwargs_overrides = {"output_hidden_states": [i + 1 for i in self.layer_ids]}
         self.max_length = generation_config.max_length
+        self.do_sample = bool(generation_config.do_sample) and options.sampled_drafts
+        self.logits_processor = logits_processor
+        self.vocab_size = target.get_output_embeddings().weight.shape[0]
+        self._proposal = None  # the proposal logits of this round's sampled drafter block [1, g, V]
         drafter.configure_engine(options)
         self.cache = drafter.new_cache()
         self.generator = torch.Generator(device=drafter.device).manual_seed(options.seed)
@@ -216,19 +225,39 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             if tokens:
                 extra = torch.tensor(tokens, dtype=input_ids.dtype, device=input_ids.device)[None]
                 candidates = torch.cat([input_ids, extra], dim=-1)
+            proposal, self._proposal = self._proposal, None
             self._t_verify_start = time.perf_counter()
             self.stats.draft_time_s += self._t_verify_start - t0
-            return candidates, None
+            return candidates, proposal
         if self.engine is None:
-            draft = self._draft(anchor, context, gamma, cur_len)
+            draft, logits = self._draft(anchor, context, gamma, cur_len)
+            proposal = None
+            if self.do_sample:
+                draft, proposal = self._sample(logits, input_ids)
         else:
-            draft = self._draft_with_foresight(anchor, context, gamma, cur_len, pending, n_last_matches)
+            draft, proposal = self._draft_with_foresight(anchor, context, gamma, cur_len, pending, n_last_matches, input_ids)
 
-        self._proposed = gamma
+        self._proposed = draft.numel()
         candidates = torch.cat([input_ids, draft.to(input_ids.device, input_ids.dtype)[None]], dim=-1)
         self._t_verify_start = time.perf_counter()
         self.stats.draft_time_s += self._t_verify_start - t0
-        return candidates, None
+        return candidates, proposal
+
+    def _sample(self, logits, input_ids):
+        """Draw the block from the final pass's distributions in one go: ``(draft [g], proposal logits
+        [1, g, V])``, verified by transformers with ``min(1, p/q)`` and the residual. ``input_ids``
+        None: ``logits`` already are the proposal."""
+        q = logits if input_ids is None else self._proposal_logits(logits, input_ids)
+        self.stats.sampled_drafts += 1
+        return sample_block(q), q[None]
+
+    def _proposal_logits(self, logits, input_ids):
+        """The proposal of a drafted block: its draft-vocabulary logits [g, V_draft] in the target's
+        vocabulary, through the target's logits processors, cut before the first empty row."""
+        full = full_vocab_logits(logits, self.drafter.draft_index if self.drafter.config.draft_vocab_size is not None else None,
+                                 self.vocab_size)
+        q = proposal_logits(full, input_ids.to(full.device), self.logits_processor)
+        return q[: usable_rows(q)]
 
     def _j0_inputs(self, anchor, context, gamma, seed=()):
         """J0 block inputs: the anchor, the ``seed`` tokens (an n-gram continuation), then noise; and
@@ -246,18 +275,22 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         return self.drafter.draft_block(self.cache, block, cur_len - 1, noise_mask, return_logits=True)
 
     def _draft(self, anchor, context, gamma, cur_len):
-        """J0 and J Jacobi passes (no foresight models)."""
-        draft, _ = self._j0(anchor, context, gamma, cur_len)
+        """J0 and J Jacobi passes (no foresight models): the argmax draft and the final pass's logits."""
+        draft, logits = self._j0(anchor, context, gamma, cur_len)
         self.stats.drafter_runs += 1
+        last = {"logits": logits}
 
         def draft_fn(inputs):
-            return self.drafter.draft_block(self.cache, inputs, cur_len - 1)
+            new, last["logits"] = self.drafter.draft_block(self.cache, inputs, cur_len - 1, return_logits=True)
+            return new
 
         draft, _ = jacobi_refine(draft_fn, anchor, draft, self.options.num_jacobi_passes)
-        return draft
+        return draft, last["logits"]
 
-    def _draft_with_foresight(self, anchor, context, gamma, cur_len, pending, n_last_matches):
-        """A cached block on a hit, else a drafted one; then launch foresight for the next round."""
+    def _draft_with_foresight(self, anchor, context, gamma, cur_len, pending, n_last_matches, input_ids):
+        """A cached block on a hit, else a drafted one; then launch foresight for the next round.
+        Returns ``(draft, proposal logits or None)``; under sampling the block is drawn from its final
+        logits before the launch, so pre-drafting conditions on the block as verified."""
         opts = self.options
         draft = logits = None
         if opts.foresight and pending is not None:
@@ -283,10 +316,13 @@ class JetSpecCandidateGenerator(CandidateGenerator):
                     self.cache, tokens, cur_len - 1, logits, opts.num_jacobi_passes, opts.num_context_refreshes, stats=self.stats
                 )
                 draft = tokens[1:]
+        proposal = None
+        if self.do_sample:
+            draft, proposal = self._sample(logits, input_ids)
         if opts.foresight:
             tokens = torch.cat([anchor, draft.to(anchor.device)])
-            self._launch(self.cache, tokens, cur_len - 1, logits, context, record=opts.record_rounds)
-        return draft
+            self._launch(self.cache, tokens, cur_len - 1, logits[: draft.numel()], context, record=opts.record_rounds)
+        return draft, proposal
 
     def update_candidate_strategy(self, input_ids, scores, num_matches):
         elapsed = time.perf_counter() - self._t_verify_start
@@ -309,29 +345,45 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self._pending_ctx.clear()
         self.drafter.append_context(self.cache, states, positions, window=window)
 
-    def _scored_draft(self, anchor, context, gamma, cur_len, seed_tokens):
+    def _scored_draft(self, anchor, context, gamma, cur_len, seed_tokens, input_ids=None):
         """J0 (seeded by ``seed_tokens`` where given, noise after) and the Jacobi passes.
 
-        Returns ``(draft [gamma] on CPU, features [gamma, 4], passes run)``. A position's
-        ``agreed`` feature says whether the final pass returned the token that position held in its
-        inputs (the previous pass's draft, or the seed)."""
+        Returns ``(draft [gamma] on CPU, features [gamma, 4], passes run, proposal logits or None)``.
+        A position's ``agreed`` feature says whether the final pass returned the token that position
+        held in its inputs (the previous pass's draft, or the seed). Under sampling every pass keeps
+        its logits, the final pass's through the target's processors are the proposal ``q`` (the
+        block is drawn from it only after the policy has chosen, see :meth:`_policy_round`), the
+        top-1 feature is ``q``'s and the draft is cut before any row ``q`` cannot define."""
         from .policy import acceptance_features
 
         drafter = self.drafter
+        sampling = self.do_sample
+
+        def run(block, mask=None):
+            if sampling:
+                return drafter.draft_block(self.cache, block, cur_len - 1, mask, return_logits=True)
+            return drafter.draft_block_summary(self.cache, block, cur_len - 1, mask)
+
         inputs, noise_mask = self._j0_inputs(anchor, context, gamma, seed_tokens)
-        draft, head = drafter.draft_block_summary(self.cache, inputs, cur_len - 1, noise_mask)
+        draft, head = run(inputs, noise_mask)
         passes = 1
         for _ in range(self.options.num_jacobi_passes):
             new_inputs = torch.cat([anchor, draft[:-1]])
             if torch.equal(new_inputs, inputs):
                 break  # a fixed point: another pass returns the same draft
             inputs = new_inputs
-            draft, head = drafter.draft_block_summary(self.cache, inputs, cur_len - 1)
+            draft, head = run(inputs)
             passes += 1
-        top1 = head.top1_prob
-        agreed = torch.zeros(gamma, dtype=torch.bool, device=draft.device)
-        agreed[:-1] = draft[:-1] == inputs[1:]
-        return draft.cpu(), acceptance_features(top1.cpu(), agreed.cpu()), passes
+        q = None
+        if sampling:
+            q = self._proposal_logits(head, input_ids)
+            top1 = top1_probs(q)
+            draft = draft[: q.shape[0]]
+        else:
+            top1 = head.top1_prob
+        agreed = torch.zeros(draft.numel(), dtype=torch.bool, device=draft.device)
+        agreed[:-1] = draft[:-1] == inputs[1 : draft.numel()]
+        return draft.cpu(), acceptance_features(top1.cpu(), agreed.cpu()), passes, q
 
     def _policy_round(self, input_ids, anchor, context, gamma, cur_len) -> list[int]:
         """Choose this round's candidate (see :mod:`hf_jetspec.policy`) and return its tokens."""
@@ -353,7 +405,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             self._flush_context()  # rows of earlier plain rounds: paid once, not a price of every pass
             t0 = time.perf_counter()
             seed = proposal.tokens if (proposal is not None and opts.ngram_seed) else []
-            draft, features, passes = self._scored_draft(anchor, context, gamma, cur_len, seed)
+            draft, features, passes, q = self._scored_draft(anchor, context, gamma, cur_len, seed, input_ids)
             self.cost.observe_draft(passes, time.perf_counter() - t0)
             self.stats.drafter_runs += 1
             self.stats.seeded_drafter_runs += int(bool(seed))
@@ -362,11 +414,23 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             self.gate.observe(value, free_rate)
             candidates.append(Candidate("drafter", draft.tolist(), probs))
             if record:  # calibration rounds verify the whole drafted block
-                self._record = AcceptanceRecord(features.tolist(), accepted=0, verified=gamma)
-                return self._take(RoundChoice("drafter", draft.tolist(), VerifyChoice(gamma, 1.0, 1.0)), proposal)
+                self._record = AcceptanceRecord(features.tolist(), accepted=0, verified=draft.numel())
+                return self._take(self._drawn(RoundChoice("drafter", draft.tolist(), VerifyChoice(draft.numel(), 1.0, 1.0)), q), proposal)
         else:
             self.gate.skipped()
-        return self._take(best_candidate(candidates, costs), proposal)
+            q = None
+        return self._take(self._drawn(best_candidate(candidates, costs), q), proposal)
+
+    def _drawn(self, choice, q):
+        """Under sampling, a chosen drafter block of length ``L`` is drawn now from ``q[:L]``: source and
+        length were fixed from the pass's numbers before the draw, as exactness requires."""
+        from .policy import RoundChoice
+
+        if q is None or choice.source != "drafter":
+            return choice
+        length = len(choice.tokens)
+        tokens, self._proposal = self._sample(q[:length], None)
+        return RoundChoice(choice.source, tokens.tolist(), choice.choice)
 
     def _take(self, choice, proposal) -> list[int]:
         """Record the round's choice (None: a plain step outside the policy's control) and return its tokens."""

@@ -91,6 +91,12 @@ class DraftingConfig:
             (their adapter and decoder index it by position), so with ``foresight`` or
             ``num_context_refreshes`` the window is not applied. Not with a drafter whose own config
             sets ``sliding_window``.
+        sampled_drafts: under sampling (``do_sample=True``), draw each drafter token from the
+            drafter's own distribution ``q`` (the final Jacobi pass, shaped by the target's logits
+            processors) and verify with ``min(1, p/q)`` and the residual; tree rounds draw each
+            node's children from ``q`` and verify them by multi-draft rejection
+            (:mod:`hf_jetspec.sampled_drafting`). False: argmax drafts and top-k trees, point masses
+            verified by exact match. Both are exact; greedy decoding is unaffected.
     """
 
     budget: int = 16
@@ -116,6 +122,7 @@ class DraftingConfig:
     tree_branches: int = 0
     tree_jacobi_passes: int | None = None
     context_window: int | None = None
+    sampled_drafts: bool = True
 
     def __post_init__(self):
         self.validate()

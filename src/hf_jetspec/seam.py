@@ -67,6 +67,9 @@ def _wrap_validate_generation_mode(original):
                 )
             if generation_mode_kwargs.get("assistant_tokenizer") is not None:
                 raise ValueError("a JetSpecDrafter uses the target's own tokenizer: do not pass assistant_tokenizer")
+            if getattr(generation_config, "assistant_ensemble_weight", None) is not None:
+                raise ValueError("assistant_ensemble_weight relaxes verification away from the target's distribution; "
+                                 "a JetSpecDrafter keeps the output exact and does not support it")
             if generation_config.speculation_type not in (None, "dflash"):
                 raise ValueError(f"speculation_type={generation_config.speculation_type!r} is not used with a JetSpecDrafter")
         return original(self, generation_mode, generation_config, generation_mode_kwargs)

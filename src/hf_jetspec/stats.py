@@ -48,6 +48,8 @@ class GenerationStats:
     cost_model: dict = field(default_factory=dict)
     tree_nodes: list[int] = field(default_factory=list)  # tree rounds: nodes verified per round
     tree_paths: list[tuple[int, bool]] = field(default_factory=list)  # (accepted depth, left the top-1 chain)
+    drafted_lengths: list[int] = field(default_factory=list)  # per round: draft tokens (tree nodes) verified
+    sampled_drafts: int = 0  # drafter blocks drawn from q under sampling (verified with min(1, p/q))
 
     @property
     def hit_rate(self) -> float | None:
@@ -86,6 +88,19 @@ class GenerationStats:
         self.accepted_lengths.append(int(accepted))
         self.committed_tokens += int(committed)
         self.drafted_tokens += int(drafted)
+        self.drafted_lengths.append(int(drafted))
+
+    def position_acceptance(self, source: str | None = None) -> list[tuple[int, int]]:
+        """Per draft position ``i = 1, 2, ..``: ``(reached, accepted)`` over the rounds (of ``source``
+        only, where given: ``"drafter"`` / ``"ngram"``, policy rounds) that verified position ``i``
+        and accepted every position before it; ``accepted / reached`` is the conditional acceptance
+        rate of position ``i``. Chain rounds only (a tree round verifies nodes, not positions)."""
+        rounds = list(zip(self.drafted_lengths, self.accepted_lengths))
+        if source is not None:
+            if len(self.round_sources) != len(rounds):
+                return position_acceptance([] if source != "drafter" else rounds)
+            rounds = [r for r, s in zip(rounds, self.round_sources) if s == source]
+        return position_acceptance(rounds)
 
     def record_tree_round(self, nodes: int, depth: int, off_chain: bool) -> None:
         """A tree round: nodes verified, and the accepted path's depth and whether it took a non-top-1 branch."""
@@ -108,3 +123,15 @@ class GenerationStats:
         out["chosen_length_hist"] = self.chosen_length_hist
         out["source_counts"] = self.source_counts
         return out
+
+
+def position_acceptance(rounds) -> list[tuple[int, int]]:
+    """``rounds``: ``(drafted, accepted)`` pairs. Returns, for positions ``i = 1 .. max drafted``,
+    ``(reached, accepted)``: rounds with ``drafted >= i`` and ``accepted >= i - 1``, and of those the
+    ones with ``accepted >= i``."""
+    depth = max((d for d, _ in rounds), default=0)
+    out = []
+    for i in range(1, depth + 1):
+        reached = [a for d, a in rounds if d >= i and a >= i - 1]
+        out.append((len(reached), sum(a >= i for a in reached)))
+    return out

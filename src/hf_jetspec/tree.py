@@ -237,3 +237,116 @@ def _walk(tree: DraftTree, draw) -> tuple[list[int], int]:
             return accepted, v
         accepted.append(child)
         node = child
+
+
+# ---------------------------------------------------------------------------- sampled trees
+@dataclass
+class SampledTree:
+    """A tree whose drafter nodes were drawn from the drafter's distributions, with each node's
+    ordered draws for multi-draft verification.
+
+    ``draws[node + 1]`` (``node = -1``: the root) lists the draws made at ``node``, in the order they
+    are verified: ``(token, q_row, child)``, where ``q_row`` is the row of the proposal table the
+    token was drawn from (``-1``: a point mass, an n-gram token) and ``child`` the node holding it
+    (``-1``: a repeat of an earlier sibling draw, which has no node of its own)."""
+
+    tree: DraftTree
+    draws: list[list[tuple[int, int, int]]]
+    origin: list[int]  # per node: the node of the shape it was drawn for
+
+
+def sample_tree(shape: DraftTree, from_chain, q_probs: torch.Tensor) -> SampledTree:
+    """Draw the drafter's nodes of ``shape`` from the proposal table ``q_probs`` [D, V] (depth ``d``
+    draws from row ``d - 1``, global random stream); nodes taken for a grafted chain
+    (``from_chain[i]``) keep their token as a point mass.
+
+    Each node of the shape is one draw at its parent, in node order: the shape only says how many
+    draws each node gets and from which source, and it must be fixed before this call. A draw that
+    repeats a sibling's token gets no node, and the shape's subtree under it is dropped: a repeat
+    is verified only after the earlier draw of the same token was rejected, which leaves the
+    residual no mass there, so it can never be accepted. A drafter draw whose row is not a
+    distribution (the processors emptied it) is not made, and its subtree is dropped."""
+    n = len(shape)
+    valid = [bool(torch.isfinite(row).all() and row.sum() > 0) for row in q_probs]
+    keep: list[int] = [-1] * n  # shape node -> new node, -1: dropped
+    tokens, parents, depths = [], [], []
+    draws: list[list[tuple[int, int, int]]] = [[]]
+    where: dict[tuple[int, int], int] = {}
+    drawn = shape.tokens.tolist()
+    sampled = [i for i in range(n) if not from_chain[i] and valid[int(shape.depths[i]) - 1]]
+    if sampled:  # one draw per drafter node, all rows at once
+        rows = q_probs[torch.tensor([int(shape.depths[i]) - 1 for i in sampled])].float()
+        for i, t in zip(sampled, torch.multinomial(rows, 1).squeeze(-1).tolist()):
+            drawn[i] = t
+    for i in range(n):
+        p = int(shape.parents[i])
+        parent = -1 if p < 0 else keep[p]
+        if p >= 0 and parent < 0:
+            continue  # under a dropped node
+        row = -1 if from_chain[i] else int(shape.depths[i]) - 1
+        if row >= 0 and not valid[row]:
+            continue
+        token = int(drawn[i])
+        child = where.get((parent, token), -1)
+        if child >= 0:  # a repeat: a draw to verify, no node
+            draws[parent + 1].append((token, row, -1))
+            continue
+        child = len(tokens)
+        where[(parent, token)] = child
+        keep[i] = child
+        tokens.append(token)
+        parents.append(parent)
+        depths.append(1 if parent < 0 else depths[parent] + 1)
+        draws.append([])
+        draws[parent + 1].append((token, row, child))
+    tree = DraftTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long),
+                     torch.tensor(depths, dtype=torch.long))
+    origin = [0] * len(tokens)
+    for i, node in enumerate(keep):
+        if node >= 0:
+            origin[node] = i
+    return SampledTree(tree, draws, origin)
+
+
+def accept_multidraft(sampled: SampledTree, target_probs: torch.Tensor, q_probs: torch.Tensor) -> tuple[list[int], int]:
+    """Multi-draft speculative sampling (SpecInfer's rule, one draw at a time) down a sampled tree.
+
+    At the root and at each accepted node, with ``p`` the target's (processed) distribution there,
+    the node's draws are verified in order: a draw ``x`` from ``q`` is accepted with probability
+    ``min(1, p(x) / q(x))``, a point mass ``x`` with probability ``p(x)``; on a rejection ``p``
+    becomes the residual ``norm(max(p - q, 0))`` (a point mass: ``p`` without ``x``) and the next
+    draw is verified against it. An accepted draw moves to its node; when every draw is rejected the
+    residual's own draw is committed and the round ends. Each step is an ordinary speculative
+    sampling step aimed at the current ``p`` with an independent draw, which returns ``p``'s law
+    exactly, so every committed token follows the target's. Returns ``(accepted nodes, bonus)``."""
+    accepted, node = [], -1
+    while True:
+        p = target_probs[node + 1].float().clone()
+        moved = False
+        for token, row, child in sampled.draws[node + 1]:
+            u = float(torch.rand(()))
+            if row < 0:
+                ok = u < float(p[token])
+            else:
+                q = q_probs[row].float()
+                ok = u * float(q[token]) <= float(p[token]) and float(q[token]) > 0
+            if ok:
+                if child < 0:  # a repeat accepted (only by rounding): commit it and end the round
+                    return accepted, token
+                accepted.append(child)
+                node, moved = child, True
+                break
+            p = _residual(p, token, None if row < 0 else q_probs[row].float())
+        if not moved:
+            return accepted, int(torch.multinomial(p, 1))
+
+
+def _residual(p: torch.Tensor, token: int, q: torch.Tensor | None) -> torch.Tensor:
+    """``norm(max(p - q, 0))`` after a rejected draw (``q`` None: the point mass at ``token``)."""
+    if q is None:
+        r = p.clone()
+        r[token] = 0.0
+    else:
+        r = torch.clamp(p - q, min=0.0)
+    total = float(r.sum())
+    return r / total if total > 0 else p

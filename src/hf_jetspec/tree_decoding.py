@@ -24,6 +24,7 @@ import torch
 from .drafter_cache import gather_pending, trim_pending
 from .drafting_config import check_context_window
 from .jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
+from .sampled_drafting import full_vocab_logits, proposal_logits
 from .stats import GenerationStats
 from .policy import (
     CostModel,
@@ -38,10 +39,12 @@ from .policy import (
 from .tree import (
     DraftTree,
     accept_greedy,
+    accept_multidraft,
     accept_sampled,
     best_first_tree,
     chain_tree,
     ranked_tree,
+    sample_tree,
     sibling_tree,
     tree_attention_mask,
     tree_positions,
@@ -60,6 +63,7 @@ class TopkDraft:
     draft: torch.Tensor
     agreed: torch.Tensor
     passes: int
+    logits: torch.Tensor | None = None  # the final pass's draft-vocabulary logits [gamma, V_draft]
 
 
 def draft_topk(drafter, cache, anchor: torch.Tensor, context: torch.Tensor, gamma: int, start: int, passes: int, k: int, generator,
@@ -83,7 +87,22 @@ def draft_topk(drafter, cache, anchor: torch.Tensor, context: torch.Tensor, gamm
     probs, rows = torch.softmax(logits.float(), dim=-1).topk(min(k, logits.shape[-1]), dim=-1)
     agreed = torch.zeros(gamma, dtype=torch.bool)
     agreed[:-1] = (ids[:-1] == last["inputs"][1:]).cpu()
-    return TopkDraft(drafter._to_target_ids(rows).cpu(), probs.cpu(), ids, agreed, 1 + run)
+    return TopkDraft(drafter._to_target_ids(rows).cpu(), probs.cpu(), ids, agreed, 1 + run, logits)
+
+
+def sampled_topk(topk: TopkDraft, q_probs: torch.Tensor, k: int) -> TopkDraft:
+    """``topk`` with its candidates and probabilities read from the proposal ``q_probs`` [gamma, V]
+    (the final pass through the target's processors): the shape of a sampled tree is planned on the
+    distribution its nodes are drawn from."""
+    probs, ids = q_probs.topk(min(k, q_probs.shape[-1]), dim=-1)
+    return TopkDraft(ids.cpu(), probs.cpu(), topk.draft, topk.agreed, topk.passes, topk.logits)
+
+
+def proposal_table(drafter, logits: torch.Tensor, input_ids: torch.Tensor, logits_processor, vocab_size: int) -> torch.Tensor:
+    """The proposal ``q`` [gamma, V] of a drafted block under sampling (:mod:`hf_jetspec.sampled_drafting`)."""
+    draft_vocab = drafter.draft_index if drafter.config.draft_vocab_size is not None else None
+    q = proposal_logits(full_vocab_logits(logits, draft_vocab, vocab_size), input_ids.to(logits.device), logits_processor)
+    return torch.softmax(q, dim=-1).cpu()
 
 
 def draft_branches(drafter, cache, anchor: torch.Tensor, draft: torch.Tensor, alternatives: torch.Tensor, start: int, k: int):
@@ -218,6 +237,7 @@ class TreeRoundPolicy:
             chain = [(proposal.tokens, probs)]
             free = choose_verify_length(probs, costs)
         self._proposal, self._ngram_nodes, self._scored = proposal, [], []
+        self.from_chain: list[bool] = []  # per node of the planned tree: taken for the n-gram chain
         if max_depth > 0 and self.gate.should_draft(free.rate):
             if before_draft is not None:
                 before_draft()
@@ -244,6 +264,7 @@ class TreeRoundPolicy:
                 self._ngram_nodes = [i for i in ranked.chain_nodes[0] if i < choice.length]
             n = choice.length
             self._scored = [(s, i) for i, (s, ngram) in enumerate(zip(ranked.scores[:n], ranked.from_chain[:n])) if not ngram]
+            self.from_chain = list(ranked.from_chain[:n])
             return truncate_tree(ranked.tree, n), "drafter"
         if max_depth > 0:
             self.gate.skipped()
@@ -283,6 +304,8 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
     layer_ids = list(drafter.config.target_layer_ids)
     hidden_layers = [i + 1 for i in layer_ids]
     do_sample = bool(generation_config.do_sample)
+    sampling = do_sample and options.sampled_drafts  # drafter nodes drawn from q, multi-draft verification
+    vocab_size = target.get_output_embeddings().weight.shape[0]
     boolean_mask = getattr(target.config, "_attn_implementation", "sdpa") != "eager"
     generator = torch.Generator(device=drafter.device).manual_seed(options.seed)
     dcache = drafter.new_cache()
@@ -326,12 +349,18 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
         max_depth = min(options.budget - 1, generation_config.max_length - cur)
         anchor = input_ids[0, -1:].to(drafter.device)
 
+        q_table = None
+
         def draft(seed=()):
+            nonlocal q_table
             flush()
             topk = draft_topk(drafter, dcache, anchor, input_ids[0, :-1].to(drafter.device), options.budget - 1,
                               cur - 1, options.tree_passes, k, generator, seed)
             branches, passes = None, topk.passes
-            if options.tree == "auto" and options.tree_branches and max_depth > 1:
+            if sampling:  # every node at depth d is drawn from the final pass's q_d: no re-drafted branches
+                q_table = proposal_table(drafter, topk.logits, input_ids, logits_processor, vocab_size)
+                topk = sampled_topk(topk, q_table, k)
+            elif options.tree == "auto" and options.tree_branches and max_depth > 1:
                 alternatives = topk.ids[0, 1 : 1 + options.tree_branches]
                 branches = draft_branches(drafter, dcache, anchor, topk.draft, alternatives, cur - 1, k)
                 passes += 1
@@ -339,15 +368,23 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
             stats.seeded_drafter_runs += int(len(seed) > 0)
             return topk, branches, passes
 
+        from_chain = None
         if policy is not None:
             tree, source = policy.plan(input_ids, max_depth, draft, before_draft=flush)
             stats.round_sources.append(source)
             stats.chosen_lengths.append(len(tree))
+            from_chain = policy.from_chain if source == "drafter" else None
         elif max_depth > 0:
             topk, branches, _ = draft()
             tree = build_tree(options, topk.ids, topk.probs, max_depth, branches)
+            from_chain = [False] * len(tree)
         else:
             tree = DraftTree(*(torch.zeros(0, dtype=torch.long),) * 3)
+        sampled = origin = None
+        if sampling and from_chain is not None and q_table is not None:  # the shape is fixed: now draw it
+            sampled = sample_tree(tree, from_chain, q_table)
+            tree, origin = sampled.tree, sampled.origin
+            stats.sampled_drafts += 1
         t1 = time.perf_counter()
         stats.draft_time_s += t1 - t0
         ids = torch.cat([input_ids[0, -1:], tree.tokens.to(device)])[None]
@@ -358,7 +395,12 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
         if len(logits_processor) > 0:  # each row is processed with its own prefix: the sequence, then the node's path
             prefixes = [input_ids[0]] + [torch.cat([input_ids[0], tree.tokens[tree.path(i)].to(device)]) for i in range(len(tree))]
         choice, probs = _choose(logits, prefixes, logits_processor, do_sample)
-        accepted, bonus = accept_greedy(tree, choice.cpu()) if probs is None else accept_sampled(tree, probs)
+        if probs is None:
+            accepted, bonus = accept_greedy(tree, choice.cpu())
+        elif sampled is not None:
+            accepted, bonus = accept_multidraft(sampled, probs.cpu(), q_table)
+        else:
+            accepted, bonus = accept_sampled(tree, probs)
         rows = [0] + [1 + i for i in accepted]
         keep_cache_rows(cache, cur - 1, rows)
         keep(states_of(out, rows), torch.arange(cur - 1, cur - 1 + len(rows)))
@@ -368,7 +410,7 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
         elapsed = time.perf_counter() - t1
         stats.verify_time_s += elapsed
         if policy is not None:
-            policy.observe(len(tree), accepted, elapsed)
+            policy.observe(len(tree), accepted if origin is None else [origin[i] for i in accepted], elapsed)
         stats.record_round(accepted=len(accepted), committed=len(committed), drafted=len(tree))
         stats.record_tree_round(nodes=len(tree), depth=len(accepted), off_chain=any(_rank(tree, i) > 0 for i in accepted))
     if policy is not None:
