@@ -281,3 +281,22 @@ def test_a_cheaper_two_token_forward_is_kept_and_chosen():
     costs = model.verify_costs(3)
     assert costs[0] == pytest.approx(0.135) and costs[1] == pytest.approx(0.099)  # not lifted to 0.135
     assert choose_verify_length([0.1, 0.1, 0.1], costs).length >= 1  # even a 10% guess beats the plain step
+
+
+def test_a_sampled_fit_is_stored_beside_the_greedy_one_and_used_only_when_sampling(tmp_path, llama_target):
+    from hf_jetspec import JetSpecDrafter
+    from hf_jetspec.policy.acceptance import SAMPLED_ACCEPTANCE_CALIBRATION_NAME
+
+    greedy = AcceptanceModel(weights=[1.0, 0.0, 0.0, 0.0], num_rounds=10)
+    sampled = AcceptanceModel(weights=[0.5, 1.0, 0.0, -1.0], num_rounds=12, temperature=0.7, top_p=0.9)
+    drafter = JetSpecDrafter.for_target(llama_target)
+    drafter.acceptance_model, drafter.sampled_acceptance_model = greedy, sampled
+    drafter.save_pretrained(tmp_path)
+    assert (tmp_path / SAMPLED_ACCEPTANCE_CALIBRATION_NAME).exists() and (tmp_path / "acceptance_calibration.json").exists()
+    again = JetSpecDrafter.from_pretrained(tmp_path)
+    assert again.sampled_acceptance_model.temperature == 0.7 and again.sampled_acceptance_model.top_p == 0.9
+    assert again.acceptance_model_for(True).weights == sampled.weights
+    assert again.acceptance_model_for(False).weights == greedy.weights
+    (tmp_path / SAMPLED_ACCEPTANCE_CALIBRATION_NAME).unlink()
+    plain = JetSpecDrafter.from_pretrained(tmp_path)
+    assert plain.sampled_acceptance_model is None and plain.acceptance_model_for(True).weights == greedy.weights

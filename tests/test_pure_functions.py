@@ -134,3 +134,18 @@ def test_first_stop_length_ignores_wall_clock_limits():
     seq = torch.tensor([[9, 9, 1, 2, 3]])
     expired = MaxTimeCriteria(max_time=0.0, initial_timestamp=time.time() - 10)
     assert first_stop_length(seq, 2, StoppingCriteriaList([expired])) == 5  # not cut back to the first token
+
+
+def test_position_acceptance_by_hand():
+    from hf_jetspec.stats import GenerationStats, position_acceptance
+
+    # (drafted, accepted): position 1 is reached by all 4 rounds and accepted in 3; position 2 by the
+    # 2 rounds that drafted it and accepted position 1 (both accept it); position 3 by one round, rejected
+    rounds = [(3, 0), (3, 2), (2, 2), (1, 1)]
+    assert position_acceptance(rounds) == [(4, 3), (2, 2), (1, 0)]
+    stats = GenerationStats()
+    for (d, a), source in zip(rounds, ["drafter", "ngram", "drafter", "plain"]):
+        stats.record_round(accepted=a, committed=a + 1, drafted=d)
+        stats.round_sources.append(source)
+    assert stats.position_acceptance("drafter") == [(2, 1), (1, 1), (0, 0)]
+    assert stats.position_acceptance("ngram") == [(1, 1), (1, 1), (1, 0)]

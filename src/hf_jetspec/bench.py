@@ -59,6 +59,8 @@ JETSPEC_VARIANTS = {
     "jetspec-tree-branched-policy": {"tree": "auto", "tree_branches": 3, "policy": True},
     "jetspec-tree-policy-j0": {"tree": "auto", "policy": True, "tree_jacobi_passes": 0},  # a tree reads its top-k off one pass
     "jetspec-tree-policy-j1": {"tree": "auto", "policy": True, "tree_jacobi_passes": 1},
+    "jetspec-pointmass": {"sampled_drafts": False},  # under sampling: argmax drafts (point masses), exact-match verification
+    "jetspec-tree-policy-pointmass": {"tree": "auto", "policy": True, "sampled_drafts": False},  # top-k trees of point masses
     "jetspec-baseline": {},  # the bench's jetspec options on the --baseline-drafter
     "jetspec-compiled": {"compile": True},  # drafting through the compiled static-shape step
     "jetspec-int8": {"compile": True, "int8": True},  # the compiled step with int8 products
@@ -80,6 +82,7 @@ class BenchConfig:
     drafter: str | None = None
     assistant: str | None = None
     temperature: float = 0.0
+    top_p: float = 1.0  # with temperature > 0: nucleus sampling for every method
     jacobi_passes: int | None = None
     budget: int | None = None
     prompt_lookup_tokens: int = 10
@@ -357,7 +360,7 @@ def load_bench(config: BenchConfig) -> BenchSetup:
     sampling = config.temperature > 0
     gen_kwargs = dict(max_new_tokens=config.max_new_tokens, do_sample=sampling)
     if sampling:
-        gen_kwargs.update(temperature=config.temperature, top_k=0, top_p=1.0)
+        gen_kwargs.update(temperature=config.temperature, top_k=0, top_p=config.top_p)
     else:
         gen_kwargs.update(temperature=None, top_k=None, top_p=None)
     return BenchSetup(target, tokenizer, items, gen_kwargs, extra, drafter, assistant, dflash, baseline)
@@ -575,6 +578,8 @@ def summarise(config: BenchConfig, setup: BenchSetup, records: dict[str, MethodR
                 chosen_length_hist=st.chosen_length_hist or None,
                 drafter_runs=st.drafter_runs,
                 cost_model=st.cost_model or None,
+                sampled_drafts=st.sampled_drafts,
+                position_acceptance={source or "all": st.position_acceptance(source) for source in (None, "drafter", "ngram")} if not st.tree_nodes else None,
             )
             if st.tree_nodes:
                 entry.update(

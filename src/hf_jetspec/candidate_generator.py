@@ -104,7 +104,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self.gate = DraftGate()
         self.index = NgramIndex(max_ngram=opts.max_ngram)
         self.memory = self.drafter.output_memory if opts.output_memory else None
-        self.acceptance = self.drafter.acceptance_model
+        self.acceptance = self.drafter.acceptance_model_for(self.do_sample)
         self._last_choice = None
         self._last_ids = None
         self._record = None

@@ -106,6 +106,7 @@ def cmd_bench(args) -> int:
         drafter=args.drafter,
         assistant=args.assistant,
         temperature=args.temperature,
+        top_p=args.top_p,
         jacobi_passes=args.jacobi_passes,
         budget=args.budget,
         prompt_lookup_tokens=args.prompt_lookup_tokens,
@@ -188,7 +189,7 @@ def cmd_calibrate_policy(args) -> int:
     drafter.drafting_config = drafter.drafting_config.replace(**{k: v for k, v in changes.items() if v is not None})
     items = _calibration_items(args, tokenizer, target)
     print(f"recording rounds on {len(items)} held-out prompts with {what} ({target.dtype})", flush=True)
-    per_item = record_acceptance(target, drafter, items, args.max_new_tokens)
+    per_item = record_acceptance(target, drafter, items, args.max_new_tokens, temperature=args.temperature, top_p=args.top_p)
     # interleave sources so the held-out quarter has every source
     order = sorted(range(len(per_item)), key=lambda i: (i % args.per_source, i))
     model = calibrate_acceptance(
@@ -196,6 +197,8 @@ def cmd_calibrate_policy(args) -> int:
         num_jacobi_passes=drafter.drafting_config.num_jacobi_passes,
         budget=drafter.drafting_config.budget,
         prompts=[p.strip() for p in args.prompts.split(",")],
+        temperature=args.temperature,
+        top_p=args.top_p if args.temperature > 0 else 1.0,
     )
     out = args.output or args.drafter or str(companion_drafter_path(args.target))
     path = model.save(out)
@@ -234,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="candidates per depth a tree may branch into (default: the drafter's drafting_config)")
     bench.add_argument("--assistant", default=None, help="assistant model for 'assisted' (default: the 0.5B model for qwen2.5-coder-1.5b)")
     bench.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    bench.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (with --temperature > 0)")
     bench.add_argument("--jacobi-passes", type=int, default=None)
     bench.add_argument("--budget", type=int, default=None)
     bench.add_argument("--prompt-lookup-tokens", type=int, default=10)
@@ -277,7 +281,11 @@ def build_parser() -> argparse.ArgumentParser:
     pol.add_argument("--max-new-tokens", type=int, default=128)
     pol.add_argument("--budget", type=int, default=None)
     pol.add_argument("--jacobi-passes", type=int, default=None)
-    pol.add_argument("--output", default=None, help="folder for acceptance_calibration.json (default: the drafter folder)")
+    pol.add_argument("--temperature", type=float, default=0.0,
+                     help="record sampled rounds at this temperature (drafts drawn from q); the fit goes to "
+                          "acceptance_calibration_sampled.json and is used whenever generate samples (0: greedy rounds)")
+    pol.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling of the recorded rounds (with --temperature)")
+    pol.add_argument("--output", default=None, help="folder for the calibration file (default: the drafter folder)")
     pol.set_defaults(func=cmd_calibrate_policy)
     return parser
 

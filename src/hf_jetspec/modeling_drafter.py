@@ -70,6 +70,7 @@ class JetSpecDrafter(PreTrainedModel):
         self.__dict__["_head_weight"] = None
         self.__dict__["_foresight"] = None
         self.__dict__["_acceptance"] = None
+        self.__dict__["_sampled_acceptance"] = None
         self.__dict__["_output_memory"] = None
         self.__dict__["_int8_head"] = None  # set_int8_drafting
         self.__dict__["_compile_on"] = False  # compile_drafting
@@ -173,6 +174,7 @@ class JetSpecDrafter(PreTrainedModel):
             drafting_config = _load_drafting_config(pretrained_model_name_or_path, kwargs)
         model.drafting_config = drafting_config.replace(**options)
         model.acceptance_model = _load_acceptance_model(pretrained_model_name_or_path, kwargs)
+        model.sampled_acceptance_model = _load_acceptance_model(pretrained_model_name_or_path, kwargs, sampled=True)
         if target is not None:
             model.attach_target(target)
         return model
@@ -191,6 +193,8 @@ class JetSpecDrafter(PreTrainedModel):
             self.drafting_config.save(save_directory)
             if self.acceptance_model.calibrated:
                 self.acceptance_model.save(save_directory)
+            if self.sampled_acceptance_model is not None and self.sampled_acceptance_model.calibrated:
+                self.sampled_acceptance_model.save(save_directory)
 
     def restrict_draft_vocab(self, token_ids) -> None:
         """Draft only among ``token_ids`` (e.g. the most frequent tokens of the target's outputs).
@@ -295,6 +299,22 @@ class JetSpecDrafter(PreTrainedModel):
     @acceptance_model.setter
     def acceptance_model(self, model) -> None:
         self.__dict__["_acceptance"] = model
+
+    @property
+    def sampled_acceptance_model(self):
+        """The acceptance model fitted on sampled rounds (drafts drawn from q;
+        ``acceptance_calibration_sampled.json``), or None: then sampled rounds use :attr:`acceptance_model`."""
+        return self.__dict__["_sampled_acceptance"]
+
+    @sampled_acceptance_model.setter
+    def sampled_acceptance_model(self, model) -> None:
+        self.__dict__["_sampled_acceptance"] = model
+
+    def acceptance_model_for(self, sampling: bool):
+        """What prices drafted positions: the sampled fit when sampling with drafts from q and one exists."""
+        if sampling and self.sampled_acceptance_model is not None:
+            return self.sampled_acceptance_model
+        return self.acceptance_model
 
     @property
     def output_memory(self):
@@ -613,10 +633,13 @@ def _load_drafting_config(name_or_path, kwargs) -> DraftingConfig:
     return DraftingConfig.load(os.path.dirname(path)) if path else DraftingConfig()
 
 
-def _load_acceptance_model(name_or_path, kwargs):
+def _load_acceptance_model(name_or_path, kwargs, sampled: bool = False):
     from .policy import ACCEPTANCE_CALIBRATION_NAME, AcceptanceModel
+    from .policy.acceptance import SAMPLED_ACCEPTANCE_CALIBRATION_NAME
 
-    path = _companion_file(name_or_path, ACCEPTANCE_CALIBRATION_NAME, kwargs)
+    path = _companion_file(name_or_path, SAMPLED_ACCEPTANCE_CALIBRATION_NAME if sampled else ACCEPTANCE_CALIBRATION_NAME, kwargs)
+    if sampled:
+        return AcceptanceModel.load(path) if path else None
     return AcceptanceModel.load(path) if path else AcceptanceModel()
 
 

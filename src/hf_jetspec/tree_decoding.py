@@ -207,7 +207,7 @@ class TreeRoundPolicy:
     drafter pass the round verifies the n-gram chain (or nothing) as chain rounds do.
     """
 
-    def __init__(self, target, drafter, options):
+    def __init__(self, target, drafter, options, sampling: bool = False):
         self.options = options
         self.drafter = drafter
         sizes, seconds = cost_profile_for(target, options.budget)
@@ -215,7 +215,7 @@ class TreeRoundPolicy:
         self.gate = DraftGate()
         self.index = NgramIndex(max_ngram=options.max_ngram)
         self.memory = drafter.output_memory if options.output_memory else None
-        self.acceptance = drafter.acceptance_model
+        self.acceptance = drafter.acceptance_model_for(sampling)
         self.calibration = drafter.output_memory.node_calibration
         self._proposal = None
         self._ngram_nodes: list[int] = []
@@ -311,7 +311,7 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
     dcache = drafter.new_cache()
     device = input_ids.device
     k = max(options.tree_top_k, max(options.tree) if isinstance(options.tree, (list, tuple)) else 1)
-    policy = TreeRoundPolicy(target, drafter, options) if options.policy and options.tree == "auto" else None  # static shapes stay static
+    policy = TreeRoundPolicy(target, drafter, options, sampling) if options.policy and options.tree == "auto" else None  # static shapes stay static
     pending = []  # verified states the drafter cache has not taken yet (with the policy, it takes them when it drafts)
 
     window = options.effective_context_window

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 ACCEPTANCE_CALIBRATION_NAME = "acceptance_calibration.json"
+SAMPLED_ACCEPTANCE_CALIBRATION_NAME = "acceptance_calibration_sampled.json"  # fitted on rounds with drafts drawn from q
 FEATURE_NAMES = ("draft_top1_logit", "agreed", "log_position", "bias")
 
 
@@ -55,6 +56,8 @@ class AcceptanceModel:
     held_out_log_likelihood: float | None = None
     raw_log_likelihood: float | None = None
     prompts: list[str] = field(default_factory=list)
+    temperature: float = 0.0  # the sampling temperature of the recorded rounds (0: greedy)
+    top_p: float = 1.0
 
     @property
     def calibrated(self) -> bool:
@@ -67,9 +70,14 @@ class AcceptanceModel:
         w = torch.tensor(self.weights, dtype=torch.float32, device=features.device)
         return torch.sigmoid(features.float() @ w)
 
+    @property
+    def file_name(self) -> str:
+        """Greedy fits and fits on sampled rounds are stored side by side, each in its own file."""
+        return SAMPLED_ACCEPTANCE_CALIBRATION_NAME if self.temperature > 0 else ACCEPTANCE_CALIBRATION_NAME
+
     def save(self, directory: str | os.PathLike) -> str:
         os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, ACCEPTANCE_CALIBRATION_NAME)
+        path = os.path.join(directory, self.file_name)
         with open(path, "w") as f:
             json.dump(dataclasses.asdict(self) | {"feature_names": list(FEATURE_NAMES)}, f, indent=2)
             f.write("\n")

@@ -7,8 +7,11 @@ import torch
 from .acceptance import AcceptanceModel, AcceptanceRecord, fit_acceptance
 
 
-def record_acceptance(target, drafter, items, max_new_tokens: int, progress: bool = True) -> list[list[AcceptanceRecord]]:
-    """Per item, the acceptance records of greedy generation with a full drafted block every round."""
+def record_acceptance(target, drafter, items, max_new_tokens: int, progress: bool = True, temperature: float = 0.0,
+                      top_p: float = 1.0) -> list[list[AcceptanceRecord]]:
+    """Per item, the acceptance records of generation with a full drafted block every round: greedy, or
+    sampled at ``temperature`` / ``top_p`` (drafts drawn from q, features read from q)."""
+    sample = dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if temperature > 0 else dict(do_sample=False)
     from tqdm.auto import tqdm
 
     saved = drafter.drafting_config
@@ -18,7 +21,7 @@ def record_acceptance(target, drafter, items, max_new_tokens: int, progress: boo
         for _, ids in tqdm(items, desc="recording rounds", disable=not progress):
             ids = ids.to(target.device)
             with torch.no_grad():
-                target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=drafter, do_sample=False, max_new_tokens=max_new_tokens)
+                target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=drafter, max_new_tokens=max_new_tokens, **sample)
             out.append(list(drafter.generation_stats.acceptance_records))
     finally:
         drafter.drafting_config = saved
