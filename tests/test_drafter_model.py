@@ -109,6 +109,9 @@ def test_bad_drafting_options(llama_target):
         llama_target.generate(torch.tensor([[1, 2]]), assistant_model=drafter, max_new_tokens=4)
     with pytest.raises(TypeError, match="unknown drafting option"):
         DraftingConfig().replace(jacobi=3)
+    for bad in (0, -1.0, float("inf"), True, "2"):
+        with pytest.raises(ValueError, match="proposal_sharpness"):
+            DraftingConfig(proposal_sharpness=bad)
 
 
 def test_unsupported_generation_settings(llama_target):
@@ -122,6 +125,8 @@ def test_unsupported_generation_settings(llama_target):
         llama_target.generate(torch.tensor([[1, 2, 3], [4, 5, 6]]), attention_mask=torch.ones(2, 3, dtype=torch.long), assistant_model=drafter, max_new_tokens=4)
     with pytest.raises(ValueError, match="unpadded prompt"):
         llama_target.generate(prompt, attention_mask=torch.tensor([[0, 1, 1]]), assistant_model=drafter, max_new_tokens=4)
+    with pytest.raises(ValueError, match="assistant_ensemble_weight"):
+        llama_target.generate(prompt, assistant_model=drafter, do_sample=True, assistant_ensemble_weight=0.5, max_new_tokens=4)
 
 
 def test_missing_and_corrupt_weights(tmp_path, llama_target):

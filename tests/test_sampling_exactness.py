@@ -196,3 +196,23 @@ def test_sampled_joint_with_int8_drafting_matches_exact_law(target):
     counts = empirical(target, drafter, temperature=1.0, top_k=0)
     assert drafter.int8_drafting and drafter.generation_stats.drafted_tokens >= 2
     assert chi2_pvalue(law, counts) > 1e-3
+
+
+def test_sampled_drafts_from_a_restricted_draft_vocabulary_follow_the_exact_law(target):
+    """q is zero outside the draft vocabulary (token 1 here): the residual supplies it."""
+    drafter = sharp_drafter(target)
+    drafter.restrict_draft_vocab([0, 2, 3])
+    drafter.drafting_config = drafter.drafting_config.replace(policy=False, sampled_drafts=True)
+    law = exact_joint(target, [TemperatureLogitsWarper(1.0)])
+    counts = empirical(target, drafter, temperature=1.0, top_k=0)
+    assert drafter.generation_stats.sampled_drafts >= 1
+    assert chi2_pvalue(law, counts) > 1e-3
+
+
+def test_sharpened_proposals_follow_the_exact_law(target):
+    drafter = sharp_drafter(target)
+    drafter.drafting_config = drafter.drafting_config.replace(policy=False, sampled_drafts=True, proposal_sharpness=2.5)
+    law = exact_joint(target, [TemperatureLogitsWarper(1.0)])
+    counts = empirical(target, drafter, temperature=1.0, top_k=0)
+    assert drafter.generation_stats.sampled_drafts >= 1
+    assert chi2_pvalue(law, counts) > 1e-3

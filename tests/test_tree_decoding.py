@@ -287,3 +287,13 @@ def test_real_smollm2_tree_rounds_with_the_shipped_drafter_are_exact(smollm2):
         ref = model.generate(**enc, **kwargs)
         out = model.generate(**enc, assistant_model=drafter, **kwargs)
     assert torch.equal(ref, out) and tok.decode(out[0]).endswith("5. 5")
+
+
+def test_sampled_tree_rounds_from_a_restricted_draft_vocabulary_match_the_exact_law(vocab4_target):
+    drafter = _tree_drafter(vocab4_target)
+    drafter.restrict_draft_vocab([0, 2, 3])
+    drafter.drafting_config = drafter.drafting_config.replace(policy=False, sampled_drafts=True)
+    law = exact_joint(vocab4_target, [TemperatureLogitsWarper(1.0)])
+    counts = empirical(vocab4_target, drafter, temperature=1.0, top_k=0)
+    assert drafter.generation_stats.sampled_drafts >= 1
+    assert chi2_pvalue(law, counts) > 1e-3

@@ -254,9 +254,9 @@ class JetSpecCandidateGenerator(CandidateGenerator):
     def _proposal_logits(self, logits, input_ids):
         """The proposal of a drafted block: its draft-vocabulary logits [g, V_draft] in the target's
         vocabulary, through the target's logits processors, cut before the first empty row."""
-        full = full_vocab_logits(logits, self.drafter.draft_index if self.drafter.config.draft_vocab_size is not None else None,
+        full = full_vocab_logits(logits, self.drafter.draft_vocab if self.drafter.config.draft_vocab_size is not None else None,
                                  self.vocab_size)
-        q = proposal_logits(full, input_ids.to(full.device), self.logits_processor)
+        q = proposal_logits(full, input_ids.to(full.device), self.logits_processor, self.options.proposal_sharpness)
         return q[: usable_rows(q)]
 
     def _j0_inputs(self, anchor, context, gamma, seed=()):

@@ -97,6 +97,11 @@ class DraftingConfig:
             node's children from ``q`` and verify them by multi-draft rejection
             (:mod:`hf_jetspec.sampled_drafting`). False: argmax drafts and top-k trees, point masses
             verified by exact match. Both are exact; greedy decoding is unaffected.
+        proposal_sharpness: under sampling with ``sampled_drafts``, the drafter's logits are
+            multiplied by this before the target's processors shape them into ``q`` (1: the
+            drafter's own distribution; larger: sharper). Any value is exact; the best one depends
+            on how well the drafter's confidence matches the target's, measured per drafter by
+            ``benchmarks/proposal_shape.py``.
     """
 
     budget: int = 16
@@ -123,6 +128,7 @@ class DraftingConfig:
     tree_jacobi_passes: int | None = None
     context_window: int | None = None
     sampled_drafts: bool = True
+    proposal_sharpness: float = 1.0
 
     def __post_init__(self):
         self.validate()
@@ -143,6 +149,9 @@ class DraftingConfig:
             )
         if not isinstance(self.max_ngram, int) or self.max_ngram < 1:
             raise ValueError(f"max_ngram must be an int >= 1, got {self.max_ngram!r}")
+        if isinstance(self.proposal_sharpness, bool) or not isinstance(self.proposal_sharpness, (int, float)) or not (
+                0 < self.proposal_sharpness < float("inf")):
+            raise ValueError(f"proposal_sharpness must be a finite number > 0, got {self.proposal_sharpness!r}")
         if isinstance(self.tree, tuple):
             self.tree = list(self.tree)
         if self.tree == "off":

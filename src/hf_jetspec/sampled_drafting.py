@@ -32,7 +32,9 @@ the same rule.
 
 **How q is shaped.** Any ``q`` is exact as long as the draft is drawn from it; a ``q`` shaped like
 the target's processed ``p`` accepts more. The drafter's logits (its draft vocabulary placed in the
-target's vocabulary, ``-inf`` elsewhere) go through the same logits processors as the target's
+target's vocabulary, ``-inf`` elsewhere), scaled by ``DraftingConfig.proposal_sharpness`` (a drafter
+trained on other text is flatter than its target; ``benchmarks/proposal_shape.py`` measures the
+acceptance of each sharpness exactly), go through the same logits processors as the target's
 (temperature, top-k, top-p, repetition penalty, ...), all rows in one batched call with the
 verified sequence as their input ids. Processors that read input ids therefore see the sequence
 before the block, not the draft tokens before each position: a slightly different ``q``, still exact.
@@ -57,9 +59,12 @@ def full_vocab_logits(logits: torch.Tensor, draft_vocab: torch.Tensor | None, vo
     return out
 
 
-def proposal_logits(logits: torch.Tensor, prefix_ids: torch.Tensor, logits_processor=None) -> torch.Tensor:
-    """The proposal ``q`` of each row of ``logits`` [g, V] as logits, after the target's logits
-    processors applied in one batched call with ``prefix_ids`` [1, T] as every row's input ids."""
+def proposal_logits(logits: torch.Tensor, prefix_ids: torch.Tensor, logits_processor=None, sharpness: float = 1.0) -> torch.Tensor:
+    """The proposal ``q`` of each row of ``logits`` [g, V] as logits: scaled by ``sharpness`` (1: the
+    drafter's own distribution; larger: sharper, towards its argmax), then through the target's
+    logits processors applied in one batched call with ``prefix_ids`` [1, T] as every row's input ids."""
+    if sharpness != 1.0:
+        logits = logits * sharpness
     if logits_processor is None or len(logits_processor) == 0:
         return logits
     rows = logits.shape[0]

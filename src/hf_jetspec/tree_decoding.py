@@ -98,10 +98,11 @@ def sampled_topk(topk: TopkDraft, q_probs: torch.Tensor, k: int) -> TopkDraft:
     return TopkDraft(ids.cpu(), probs.cpu(), topk.draft, topk.agreed, topk.passes, topk.logits)
 
 
-def proposal_table(drafter, logits: torch.Tensor, input_ids: torch.Tensor, logits_processor, vocab_size: int) -> torch.Tensor:
+def proposal_table(drafter, logits: torch.Tensor, input_ids: torch.Tensor, logits_processor, vocab_size: int,
+                   sharpness: float = 1.0) -> torch.Tensor:
     """The proposal ``q`` [gamma, V] of a drafted block under sampling (:mod:`hf_jetspec.sampled_drafting`)."""
-    draft_vocab = drafter.draft_index if drafter.config.draft_vocab_size is not None else None
-    q = proposal_logits(full_vocab_logits(logits, draft_vocab, vocab_size), input_ids.to(logits.device), logits_processor)
+    draft_vocab = drafter.draft_vocab if drafter.config.draft_vocab_size is not None else None
+    q = proposal_logits(full_vocab_logits(logits, draft_vocab, vocab_size), input_ids.to(logits.device), logits_processor, sharpness)
     return torch.softmax(q, dim=-1).cpu()
 
 
@@ -358,7 +359,7 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
                               cur - 1, options.tree_passes, k, generator, seed)
             branches, passes = None, topk.passes
             if sampling:  # every node at depth d is drawn from the final pass's q_d: no re-drafted branches
-                q_table = proposal_table(drafter, topk.logits, input_ids, logits_processor, vocab_size)
+                q_table = proposal_table(drafter, topk.logits, input_ids, logits_processor, vocab_size, options.proposal_sharpness)
                 topk = sampled_topk(topk, q_table, k)
             elif options.tree == "auto" and options.tree_branches and max_depth > 1:
                 alternatives = topk.ids[0, 1 : 1 + options.tree_branches]
