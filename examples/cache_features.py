@@ -17,9 +17,9 @@ import argparse
 
 import torch
 
-from hf_jetspec import JetSpecDrafterConfig, load_target
-from hf_jetspec.configuration_drafter import default_target_layer_ids
+from hf_jetspec import load_target
 from hf_jetspec.training import build_feature_cache
+from hf_jetspec.training.feature_cache import read_layer_ids
 from hf_jetspec.training.corpus import load_training_corpus
 
 
@@ -47,12 +47,7 @@ def main() -> None:
     args = ap.parse_args()
 
     target, tokenizer = load_target(args.target, dtype=args.dtype)
-    if args.layers:
-        layer_ids = [int(x) for x in args.layers.split(",")]
-    elif args.drafter:
-        layer_ids = JetSpecDrafterConfig.from_pretrained(args.drafter).target_layer_ids
-    else:
-        layer_ids = default_target_layer_ids(target.config.num_hidden_layers)
+    layer_ids = read_layer_ids(target, args.layers, args.drafter)
     corpus = load_training_corpus(tokenizer, args.corpus, args.num_sequences, args.seq_len, args.seed, skip=args.skip_sequences,
                                   shuffle=not args.source_order)
     order = "source" if args.source_order else f"shuffled:{args.seed}"

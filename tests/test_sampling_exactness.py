@@ -54,7 +54,9 @@ def exact_joint(target, processors):
     return law
 
 
-def empirical(target, drafter, **gen_kwargs):
+def empirical(target, drafter, sources=None, **gen_kwargs):
+    """Counts of the first NEW tokens over SAMPLES calls; ``sources`` (a dict), if given, counts the
+    policy's round sources over all calls."""
     torch.manual_seed(1234)
     counts = {}
     for _ in range(SAMPLES):
@@ -62,6 +64,10 @@ def empirical(target, drafter, **gen_kwargs):
                               do_sample=True, max_new_tokens=NEW, min_new_tokens=NEW, **gen_kwargs)
         key = tuple(out[0, PROMPT.shape[1]:].tolist())
         counts[key] = counts.get(key, 0) + 1
+        if sources is not None:
+            for source, n in drafter.generation_stats.source_counts.items():
+                sources[source] = sources.get(source, 0) + n
+            sources["grafted"] = sources.get("grafted", 0) + drafter.generation_stats.grafted_nodes
     return counts
 
 
@@ -129,14 +135,22 @@ def target():
 @pytest.mark.parametrize("policy", [False, True])
 def test_sampled_chain_drafts_follow_the_exact_law(target, kwargs, policy):
     """Drafts drawn from q and verified with min(1, p/q) (transformers' verifier, handed our proposal logits)."""
+    from hf_jetspec.policy import AcceptanceModel
+
     drafter = sharp_drafter(target)
-    drafter.drafting_config = drafter.drafting_config.replace(policy=policy, sampled_drafts=True, ngram=False)
+    drafter.drafting_config = drafter.drafting_config.replace(policy=policy, sampled_drafts=True)
+    # sampled drafts priced high where the last pass agreed with its inputs, low elsewhere: the policy mixes sources
+    drafter.sampled_acceptance_model = AcceptanceModel(weights=[0.0, 3.0, 0.0, -2.0], temperature=1.0)
     processors = [TemperatureLogitsWarper(kwargs["temperature"])]
     if "top_p" in kwargs:
         processors.append(TopPLogitsWarper(kwargs["top_p"]))
     law = exact_joint(target, processors)
-    counts = empirical(target, drafter, **kwargs)
-    assert drafter.generation_stats.sampled_drafts >= 1  # the last call drew its block from q
+    sources = {}
+    counts = empirical(target, drafter, sources=sources, **kwargs)
+    if policy:  # the policy mixed sources: blocks drawn from q and n-gram point masses
+        assert sources.get("drafter", 0) > 100 and sources.get("ngram", 0) > 100, sources
+    else:
+        assert drafter.generation_stats.sampled_drafts >= 1  # the last call drew its block from q
     assert chi2_pvalue(law, counts) > 1e-3
 
 

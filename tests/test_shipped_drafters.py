@@ -28,6 +28,9 @@ def test_every_shipped_drafter_folder_is_hub_ready():
         assert card.startswith("---\n") and f"base_model: {config['target_name_or_path']}" in card
         assert "```bash" in card  # the reproducing commands
         assert (folder / "acceptance_calibration.json").is_file(), f"{folder.name}: the round policy is not calibrated"
+        sampled = json.loads((folder / "acceptance_calibration_sampled.json").read_text())
+        assert sampled["temperature"] > 0 and sampled["weights"], f"{folder.name}: no fit on sampled rounds"
+        assert "proposal_sharpness" in json.loads((folder / "drafting_config.json").read_text())
 
 
 @pytest.mark.slow
@@ -40,7 +43,7 @@ def test_shipped_drafter_loads_against_its_target_and_is_exact(name):
     drafter, what = load_drafter_for(target, name, None)
     assert what == f"drafter hub_cards/{companion_drafter_path(name).name}"
     assert drafter.config.target_name_or_path == target.name_or_path
-    assert drafter.acceptance_model.calibrated
+    assert drafter.acceptance_model.calibrated and drafter.sampled_acceptance_model.calibrated
     enc = tok.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
     ref = target.generate(**enc, do_sample=False, max_new_tokens=24)
     out = target.generate(**enc, assistant_model=drafter, do_sample=False, max_new_tokens=24)

@@ -11,7 +11,7 @@ from transformers.generation.candidate_generator import CandidateGenerator
 from .drafter_cache import gather_pending, trim_pending
 from .drafting_config import check_context_window
 from .jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
-from .sampled_drafting import full_vocab_logits, proposal_logits, sample_block, top1_probs, usable_rows
+from .sampled_drafting import make_proposal
 from .stats import GenerationStats
 
 
@@ -50,7 +50,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self.do_sample = bool(generation_config.do_sample) and options.sampled_drafts
         self.logits_processor = logits_processor
         self.vocab_size = target.get_output_embeddings().weight.shape[0]
-        self._proposal = None  # the proposal logits of this round's sampled drafter block [1, g, V]
+        self._drawn_logits = None  # the proposal logits of this round's sampled drafter block [1, g, V]
         drafter.configure_engine(options)
         self.cache = drafter.new_cache()
         self.generator = torch.Generator(device=drafter.device).manual_seed(options.seed)
@@ -225,7 +225,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             if tokens:
                 extra = torch.tensor(tokens, dtype=input_ids.dtype, device=input_ids.device)[None]
                 candidates = torch.cat([input_ids, extra], dim=-1)
-            proposal, self._proposal = self._proposal, None
+            proposal, self._drawn_logits = self._drawn_logits, None
             self._t_verify_start = time.perf_counter()
             self.stats.draft_time_s += self._t_verify_start - t0
             return candidates, proposal
@@ -233,7 +233,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             draft, logits = self._draft(anchor, context, gamma, cur_len)
             proposal = None
             if self.do_sample:
-                draft, proposal = self._sample(logits, input_ids)
+                draft, proposal = self._sample(self._proposal(logits, input_ids))
         else:
             draft, proposal = self._draft_with_foresight(anchor, context, gamma, cur_len, pending, n_last_matches, input_ids)
 
@@ -243,21 +243,19 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self.stats.draft_time_s += self._t_verify_start - t0
         return candidates, proposal
 
-    def _sample(self, logits, input_ids):
-        """Draw the block from the final pass's distributions in one go: ``(draft [g], proposal logits
-        [1, g, V])``, verified by transformers with ``min(1, p/q)`` and the residual. ``input_ids``
-        None: ``logits`` already are the proposal."""
-        q = logits if input_ids is None else self._proposal_logits(logits, input_ids)
+    def _sample(self, q):
+        """Draw the block from its proposal in one go: ``(draft [g], proposal logits [1, g, V])``,
+        verified by transformers with ``min(1, p/q)`` and the residual."""
         self.stats.sampled_drafts += 1
-        return sample_block(q), q[None]
+        return q.sample(), q.dense_logits()[None]
 
-    def _proposal_logits(self, logits, input_ids):
-        """The proposal of a drafted block: its draft-vocabulary logits [g, V_draft] in the target's
-        vocabulary, through the target's logits processors, cut before the first empty row."""
-        full = full_vocab_logits(logits, self.drafter.draft_vocab if self.drafter.config.draft_vocab_size is not None else None,
-                                 self.vocab_size)
-        q = proposal_logits(full, input_ids.to(full.device), self.logits_processor, self.options.proposal_sharpness)
-        return q[: usable_rows(q)]
+    def _proposal(self, logits, input_ids):
+        """The proposal of a drafted block (:func:`~hf_jetspec.sampled_drafting.make_proposal`) from
+        its final pass's draft-vocabulary logits [g, V_draft], cut before the first empty row."""
+        drafter = self.drafter
+        q = make_proposal(logits, drafter.draft_vocab if drafter.config.draft_vocab_size is not None else None, self.vocab_size,
+                          input_ids.to(logits.device), self.logits_processor, self.options.proposal_sharpness)
+        return q.truncate(q.usable_rows())
 
     def _j0_inputs(self, anchor, context, gamma, seed=()):
         """J0 block inputs: the anchor, the ``seed`` tokens (an n-gram continuation), then noise; and
@@ -318,7 +316,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
                 draft = tokens[1:]
         proposal = None
         if self.do_sample:
-            draft, proposal = self._sample(logits, input_ids)
+            draft, proposal = self._sample(self._proposal(logits, input_ids))
         if opts.foresight:
             tokens = torch.cat([anchor, draft.to(anchor.device)])
             self._launch(self.cache, tokens, cur_len - 1, logits[: draft.numel()], context, record=opts.record_rounds)
@@ -376,9 +374,9 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             passes += 1
         q = None
         if sampling:
-            q = self._proposal_logits(head, input_ids)
-            top1 = top1_probs(q)
-            draft = draft[: q.shape[0]]
+            q = self._proposal(head, input_ids)
+            top1 = q.top1()
+            draft = draft[: len(q)]
         else:
             top1 = head.top1_prob
         agreed = torch.zeros(draft.numel(), dtype=torch.bool, device=draft.device)
@@ -428,8 +426,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
 
         if q is None or choice.source != "drafter":
             return choice
-        length = len(choice.tokens)
-        tokens, self._proposal = self._sample(q[:length], None)
+        tokens, self._drawn_logits = self._sample(q.truncate(len(choice.tokens)))
         return RoundChoice(choice.source, tokens.tolist(), choice.choice)
 
     def _take(self, choice, proposal) -> list[int]:

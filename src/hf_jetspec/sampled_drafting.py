@@ -31,18 +31,98 @@ n-gram proposals stay point masses (``q = delta_d``): they are verified by exact
 the same rule.
 
 **How q is shaped.** Any ``q`` is exact as long as the draft is drawn from it; a ``q`` shaped like
-the target's processed ``p`` accepts more. The drafter's logits (its draft vocabulary placed in the
-target's vocabulary, ``-inf`` elsewhere), scaled by ``DraftingConfig.proposal_sharpness`` (a drafter
-trained on other text is flatter than its target; ``benchmarks/proposal_shape.py`` measures the
-acceptance of each sharpness exactly), go through the same logits processors as the target's
-(temperature, top-k, top-p, repetition penalty, ...), all rows in one batched call with the
-verified sequence as their input ids. Processors that read input ids therefore see the sequence
-before the block, not the draft tokens before each position: a slightly different ``q``, still exact.
+the target's processed ``p`` accepts more. The drafter's logits, scaled by
+``DraftingConfig.proposal_sharpness`` (a drafter trained on other text is flatter than its target;
+``benchmarks/proposal_shape.py`` measures the acceptance of each sharpness exactly), are shaped by
+the target's own logits processors. Temperature, top-k, top-p and min-p read no token ids, so they
+are applied here directly to the draft vocabulary's logits (a restricted draft head has a few
+thousand columns, the target's vocabulary tens of thousands, and sorting for top-p is the largest
+cost of a sampled round); top-p keeps the smallest set of most likely tokens whose mass reaches
+``p``, found among the top 256 where it lies there. Any other processor (repetition penalty, ...)
+sends the block the general way: the logits placed in the target's vocabulary (``-inf`` outside
+the draft vocabulary) through the whole processor list, all rows in one batched call with the
+verified sequence as their input ids, so such processors see the sequence before the block, not
+the draft tokens before each position: a slightly different ``q``, still exact. Draws use one
+uniform per row against the row's cumulative distribution.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+
+_TOP_P_PREFIX = 256  # top-p looks for its nucleus among this many most likely tokens before sorting a whole row
+
+
+@dataclass
+class Proposal:
+    """The proposal ``q`` of a drafted block: processed logits over its columns and the target id of
+    each column (``vocab``; None: the columns are the target's ids)."""
+
+    logits: torch.Tensor  # [g, C] float32 (-inf: no mass)
+    vocab: torch.Tensor | None
+    vocab_size: int
+
+    @classmethod
+    def from_probs(cls, probs: torch.Tensor) -> "Proposal":
+        """A proposal over the target's own ids from probabilities [g, V]."""
+        return cls(torch.log(probs.float()), None, probs.shape[-1])
+
+    def __len__(self) -> int:
+        return self.logits.shape[0]
+
+    @property
+    def probs(self) -> torch.Tensor:
+        return torch.softmax(self.logits, dim=-1)
+
+    def usable_rows(self) -> int:
+        """Leading rows that define a distribution (some finite logit). A row the processors emptied
+        (every allowed id outside the draft vocabulary) ends the block there."""
+        ok = torch.isfinite(self.logits).any(-1)
+        bad = (~ok).nonzero()
+        return int(bad[0]) if bad.numel() else len(self)
+
+    def truncate(self, n: int) -> "Proposal":
+        return Proposal(self.logits[:n], self.vocab, self.vocab_size)
+
+    def ids(self, columns: torch.Tensor) -> torch.Tensor:
+        """Column indices -> target token ids."""
+        return columns if self.vocab is None else self.vocab.to(columns.device)[columns]
+
+    def top1(self) -> torch.Tensor:
+        """Top-1 probability of each row [g] (the round policy's feature under sampling)."""
+        return self.probs.amax(-1)
+
+    def topk(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per row the ``k`` most likely target ids and their probabilities ([g, k] each)."""
+        probs, cols = self.probs.topk(min(k, self.logits.shape[-1]), dim=-1)
+        return self.ids(cols), probs
+
+    def sample(self, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """One draw per row (``rows``: row indices, repeats allowed; default every row) from the
+        global random stream: a uniform against the row's cumulative distribution. Target ids [n]."""
+        probs = self.probs if rows is None else self.probs[rows]
+        if probs.shape[0] == 0:
+            return torch.zeros(0, dtype=torch.long, device=probs.device)
+        cum = probs.double().cumsum(-1)
+        u = torch.rand(probs.shape[0], 1, dtype=torch.float64, device=probs.device) * cum[:, -1:]
+        cols = torch.searchsorted(cum, u, right=True).clamp_(max=probs.shape[-1] - 1).squeeze(-1)
+        return self.ids(cols)
+
+    def dense_probs(self) -> torch.Tensor:
+        """``q`` over the target's vocabulary [g, V]."""
+        return self.probs if self.vocab is None else self._dense(self.probs, 0.0)
+
+    def dense_logits(self) -> torch.Tensor:
+        """Logits of ``q`` over the target's vocabulary [g, V] (-inf outside the draft vocabulary):
+        what transformers' verifier reads as the candidate logits."""
+        return self.logits if self.vocab is None else self._dense(self.logits, float("-inf"))
+
+    def _dense(self, values: torch.Tensor, fill: float) -> torch.Tensor:
+        out = values.new_full((values.shape[0], self.vocab_size), fill)
+        out[:, self.vocab.to(values.device)] = values
+        return out
 
 
 def full_vocab_logits(logits: torch.Tensor, draft_vocab: torch.Tensor | None, vocab_size: int) -> torch.Tensor:
@@ -59,33 +139,62 @@ def full_vocab_logits(logits: torch.Tensor, draft_vocab: torch.Tensor | None, vo
     return out
 
 
-def proposal_logits(logits: torch.Tensor, prefix_ids: torch.Tensor, logits_processor=None, sharpness: float = 1.0) -> torch.Tensor:
-    """The proposal ``q`` of each row of ``logits`` [g, V] as logits: scaled by ``sharpness`` (1: the
-    drafter's own distribution; larger: sharper, towards its argmax), then through the target's
-    logits processors applied in one batched call with ``prefix_ids`` [1, T] as every row's input ids."""
-    if sharpness != 1.0:
-        logits = logits * sharpness
-    if logits_processor is None or len(logits_processor) == 0:
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep, per row, the smallest set of most likely tokens whose probability reaches ``top_p`` (at
+    least one); -inf elsewhere. The set is looked for among the top 256 first, and a row is sorted
+    whole only where it is not there."""
+    if top_p >= 1.0:
         return logits
-    rows = logits.shape[0]
-    return logits_processor(prefix_ids.expand(rows, -1), logits.clone())
+    probs = torch.softmax(logits, dim=-1)
+    k = min(_TOP_P_PREFIX, logits.shape[-1])
+    if not bool((probs.topk(k, dim=-1).values.sum(-1) >= top_p).all()):
+        k = logits.shape[-1]
+    vals, cols = probs.topk(k, dim=-1)
+    keep = (vals.cumsum(-1) - vals) < top_p  # the mass before each token is short of top_p
+    out = torch.full_like(logits, float("-inf"))
+    return out.scatter_(-1, cols, torch.where(keep, logits.gather(-1, cols), out[:, :k]))
 
 
-def usable_rows(q_logits: torch.Tensor) -> int:
-    """Leading rows of ``q_logits`` [g, V] that define a distribution (some finite entry). A row that
-    the processors emptied (every allowed id outside the draft vocabulary) ends the draft there."""
-    ok = torch.isfinite(q_logits).any(-1)
-    bad = (~ok).nonzero()
-    return int(bad[0]) if bad.numel() else q_logits.shape[0]
+def _direct_warpers(logits_processor) -> list | None:
+    """The processors as (kind, value) steps when each is a warper that reads no token ids, else None."""
+    from transformers.generation.logits_process import MinPLogitsWarper, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    steps = []
+    for proc in logits_processor or []:
+        if type(proc) is TemperatureLogitsWarper:
+            steps.append(("temperature", float(proc.temperature)))
+        elif type(proc) is TopKLogitsWarper:
+            steps.append(("top_k", int(proc.top_k)))
+        elif type(proc) is TopPLogitsWarper:
+            steps.append(("top_p", float(proc.top_p)))
+        elif type(proc) is MinPLogitsWarper:
+            steps.append(("min_p", float(proc.min_p)))
+        else:
+            return None
+    return steps
 
 
-def sample_block(q_logits: torch.Tensor) -> torch.Tensor:
-    """One draw ``x_i ~ softmax(q_logits[i])`` per row [g], from the global random stream."""
-    if q_logits.shape[0] == 0:
-        return torch.zeros(0, dtype=torch.long, device=q_logits.device)
-    return torch.multinomial(torch.softmax(q_logits.float(), dim=-1), 1).squeeze(-1)
-
-
-def top1_probs(q_logits: torch.Tensor) -> torch.Tensor:
-    """Top-1 probability of each row's proposal [g] (the policy's feature under sampling)."""
-    return torch.softmax(q_logits.float(), dim=-1).amax(-1)
+def make_proposal(draft_logits: torch.Tensor, draft_vocab: torch.Tensor | None, vocab_size: int, prefix_ids: torch.Tensor,
+                  logits_processor=None, sharpness: float = 1.0) -> Proposal:
+    """The proposal of a drafted block from its final pass's draft-vocabulary logits [g, V_draft]:
+    scaled by ``sharpness`` (1: the drafter's own distribution; larger: sharper), then shaped by the
+    target's ``logits_processor`` (see the module docstring for the two ways)."""
+    x = draft_logits.float()
+    if sharpness != 1.0:
+        x = x * sharpness
+    steps = _direct_warpers(logits_processor)
+    if steps is None:  # processors that read token ids: the whole list over the target's vocabulary
+        full = full_vocab_logits(x, draft_vocab, vocab_size)
+        return Proposal(logits_processor(prefix_ids.expand(full.shape[0], -1), full.clone()), None, vocab_size)
+    for kind, value in steps:
+        if kind == "temperature":
+            x = x / value
+        elif kind == "top_k" and value < x.shape[-1]:
+            kth = x.topk(value, dim=-1).values[:, -1:]
+            x = x.masked_fill(x < kth, float("-inf"))
+        elif kind == "top_p":
+            x = top_p_filter(x, value)
+        elif kind == "min_p":
+            probs = torch.softmax(x, dim=-1)
+            x = x.masked_fill(probs < value * probs.amax(-1, keepdim=True), float("-inf"))
+    return Proposal(x, draft_vocab, vocab_size)

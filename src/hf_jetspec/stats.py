@@ -50,6 +50,7 @@ class GenerationStats:
     tree_paths: list[tuple[int, bool]] = field(default_factory=list)  # (accepted depth, left the top-1 chain)
     drafted_lengths: list[int] = field(default_factory=list)  # per round: draft tokens (tree nodes) verified
     sampled_drafts: int = 0  # drafter blocks drawn from q under sampling (verified with min(1, p/q))
+    grafted_nodes: int = 0  # tree rounds with the policy: n-gram nodes verified inside drafted trees
 
     @property
     def hit_rate(self) -> float | None:

@@ -255,10 +255,11 @@ class SampledTree:
     origin: list[int]  # per node: the node of the shape it was drawn for
 
 
-def sample_tree(shape: DraftTree, from_chain, q_probs: torch.Tensor) -> SampledTree:
-    """Draw the drafter's nodes of ``shape`` from the proposal table ``q_probs`` [D, V] (depth ``d``
-    draws from row ``d - 1``, global random stream); nodes taken for a grafted chain
-    (``from_chain[i]``) keep their token as a point mass.
+def sample_tree(shape: DraftTree, from_chain, q) -> SampledTree:
+    """Draw the drafter's nodes of ``shape`` from the proposal ``q`` (a
+    :class:`~hf_jetspec.sampled_drafting.Proposal`, or probabilities [D, V]; depth ``d`` draws from
+    row ``d - 1``, global random stream); nodes taken for a grafted chain (``from_chain[i]``) keep
+    their token as a point mass.
 
     Each node of the shape is one draw at its parent, in node order: the shape only says how many
     draws each node gets and from which source, and it must be fixed before this call. A draw that
@@ -266,8 +267,12 @@ def sample_tree(shape: DraftTree, from_chain, q_probs: torch.Tensor) -> SampledT
     is verified only after the earlier draw of the same token was rejected, which leaves the
     residual no mass there, so it can never be accepted. A drafter draw whose row is not a
     distribution (the processors emptied it) is not made, and its subtree is dropped."""
+    from .sampled_drafting import Proposal
+
+    if not isinstance(q, Proposal):
+        q = Proposal.from_probs(q)
     n = len(shape)
-    valid = [bool(torch.isfinite(row).all() and row.sum() > 0) for row in q_probs]
+    valid = [i < q.usable_rows() for i in range(len(q))]
     keep: list[int] = [-1] * n  # shape node -> new node, -1: dropped
     tokens, parents, depths = [], [], []
     draws: list[list[tuple[int, int, int]]] = [[]]
@@ -275,8 +280,8 @@ def sample_tree(shape: DraftTree, from_chain, q_probs: torch.Tensor) -> SampledT
     drawn = shape.tokens.tolist()
     sampled = [i for i in range(n) if not from_chain[i] and valid[int(shape.depths[i]) - 1]]
     if sampled:  # one draw per drafter node, all rows at once
-        rows = q_probs[torch.tensor([int(shape.depths[i]) - 1 for i in sampled])].float()
-        for i, t in zip(sampled, torch.multinomial(rows, 1).squeeze(-1).tolist()):
+        rows = torch.tensor([int(shape.depths[i]) - 1 for i in sampled])
+        for i, t in zip(sampled, q.sample(rows).tolist()):
             drawn[i] = t
     for i in range(n):
         p = int(shape.parents[i])

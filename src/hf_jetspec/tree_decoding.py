@@ -24,7 +24,7 @@ import torch
 from .drafter_cache import gather_pending, trim_pending
 from .drafting_config import check_context_window
 from .jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
-from .sampled_drafting import full_vocab_logits, proposal_logits
+from .sampled_drafting import Proposal, make_proposal
 from .stats import GenerationStats
 from .policy import (
     CostModel,
@@ -90,20 +90,21 @@ def draft_topk(drafter, cache, anchor: torch.Tensor, context: torch.Tensor, gamm
     return TopkDraft(drafter._to_target_ids(rows).cpu(), probs.cpu(), ids, agreed, 1 + run, logits)
 
 
-def sampled_topk(topk: TopkDraft, q_probs: torch.Tensor, k: int) -> TopkDraft:
-    """``topk`` with its candidates and probabilities read from the proposal ``q_probs`` [gamma, V]
-    (the final pass through the target's processors): the shape of a sampled tree is planned on the
-    distribution its nodes are drawn from."""
-    probs, ids = q_probs.topk(min(k, q_probs.shape[-1]), dim=-1)
+def sampled_topk(topk: TopkDraft, q: Proposal, k: int) -> TopkDraft:
+    """``topk`` with its candidates and probabilities read from the proposal ``q`` (the final pass
+    through the target's processors): the shape of a sampled tree is planned on the distribution its
+    nodes are drawn from."""
+    ids, probs = q.topk(k)
     return TopkDraft(ids.cpu(), probs.cpu(), topk.draft, topk.agreed, topk.passes, topk.logits)
 
 
-def proposal_table(drafter, logits: torch.Tensor, input_ids: torch.Tensor, logits_processor, vocab_size: int,
-                   sharpness: float = 1.0) -> torch.Tensor:
-    """The proposal ``q`` [gamma, V] of a drafted block under sampling (:mod:`hf_jetspec.sampled_drafting`)."""
+def proposal_of(drafter, logits: torch.Tensor, input_ids: torch.Tensor, logits_processor, vocab_size: int,
+                sharpness: float = 1.0) -> Proposal:
+    """The proposal ``q`` of a drafted block under sampling (:mod:`hf_jetspec.sampled_drafting`), on the CPU."""
     draft_vocab = drafter.draft_vocab if drafter.config.draft_vocab_size is not None else None
-    q = proposal_logits(full_vocab_logits(logits, draft_vocab, vocab_size), input_ids.to(logits.device), logits_processor, sharpness)
-    return torch.softmax(q, dim=-1).cpu()
+    q = make_proposal(logits.cpu(), None if draft_vocab is None else draft_vocab.cpu(), vocab_size, input_ids.cpu(), logits_processor,
+                      sharpness)
+    return q
 
 
 def draft_branches(drafter, cache, anchor: torch.Tensor, draft: torch.Tensor, alternatives: torch.Tensor, start: int, k: int):
@@ -359,7 +360,7 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
                               cur - 1, options.tree_passes, k, generator, seed)
             branches, passes = None, topk.passes
             if sampling:  # every node at depth d is drawn from the final pass's q_d: no re-drafted branches
-                q_table = proposal_table(drafter, topk.logits, input_ids, logits_processor, vocab_size, options.proposal_sharpness)
+                q_table = proposal_of(drafter, topk.logits, input_ids, logits_processor, vocab_size, options.proposal_sharpness)
                 topk = sampled_topk(topk, q_table, k)
             elif options.tree == "auto" and options.tree_branches and max_depth > 1:
                 alternatives = topk.ids[0, 1 : 1 + options.tree_branches]
@@ -375,6 +376,7 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
             stats.round_sources.append(source)
             stats.chosen_lengths.append(len(tree))
             from_chain = policy.from_chain if source == "drafter" else None
+            stats.grafted_nodes += sum(from_chain or [])
         elif max_depth > 0:
             topk, branches, _ = draft()
             tree = build_tree(options, topk.ids, topk.probs, max_depth, branches)
@@ -399,7 +401,7 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
         if probs is None:
             accepted, bonus = accept_greedy(tree, choice.cpu())
         elif sampled is not None:
-            accepted, bonus = accept_multidraft(sampled, probs.cpu(), q_table)
+            accepted, bonus = accept_multidraft(sampled, probs.cpu(), q_table.dense_probs())
         else:
             accepted, bonus = accept_sampled(tree, probs)
         rows = [0] + [1 + i for i in accepted]

@@ -57,6 +57,18 @@ class FeatureCacheInfo:
                              f"open it with FeatureCacheDataset(folder, layer_ids=...) if it holds them, else rebuild it")
 
 
+def read_layer_ids(target, layers: str | None = None, drafter: str | None = None) -> list[int]:
+    """The target layers a cache stores: ``layers`` (a comma list), else those the ``drafter`` folder
+    reads, else the default read layers for the target's depth."""
+    from ..configuration_drafter import JetSpecDrafterConfig, default_target_layer_ids
+
+    if layers:
+        return [int(x) for x in layers.split(",")]
+    if drafter:
+        return list(JetSpecDrafterConfig.from_pretrained(drafter).target_layer_ids)
+    return default_target_layer_ids(target.config.get_text_config().num_hidden_layers)
+
+
 def layer_columns(stored: list[int], wanted: list[int], hidden: int) -> torch.Tensor | None:
     """Column indices of ``wanted`` layers' states inside states stored for ``stored`` layers ([T, len(stored) * hidden]);
     None when ``wanted`` is ``stored``."""
@@ -121,29 +133,8 @@ def build_feature_cache(target, corpus: list[dict], layer_ids: list[int], folder
             raise ValueError(f"the cache in {folder} already holds {done} sequences, more than the {len(corpus)} of this corpus")
     info.corpus_size = max(info.corpus_size, len(corpus))
     os.makedirs(folder, exist_ok=True)
-    pending: dict[str, torch.Tensor] = {}
-    first = done
+    writer = FeatureCacheWriter(folder, info, shard_sequences)
     bar = tqdm(total=len(corpus), initial=done, desc="caching target features", disable=not progress)
-
-    def write_index() -> None:
-        tmp = os.path.join(folder, INDEX_NAME + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(asdict(info), f, indent=1)
-            f.write("\n")
-        os.replace(tmp, os.path.join(folder, INDEX_NAME))  # never a half-written index
-
-    def flush(upto: int) -> None:
-        nonlocal pending, first
-        if upto == first:
-            return
-        name = f"features-{len(info.shards):05d}.safetensors"
-        save_file(pending, os.path.join(folder, name))
-        info.shards.append({"file": name, "first": first, "count": upto - first})
-        info.num_sequences = upto
-        info.num_tokens += sum(int(v.numel()) for k, v in pending.items() if k.endswith(".input_ids"))
-        write_index()
-        pending, first = {}, upto
-
     target.eval()
     for b0 in range(done, len(corpus), batch_size):
         batch = corpus[b0 : b0 + batch_size]
@@ -159,20 +150,61 @@ def build_feature_cache(target, corpus: list[dict], layer_ids: list[int], folder
         top = logp.topk(top_k, dim=-1)
         nxt = next_token_logprobs(out.logits, ids).cpu()
         for j, x in enumerate(batch):
-            i, n = b0 + j, lengths[j]
-            pending[f"{i}.input_ids"] = ids[j, :n].clone()
-            pending[f"{i}.response_start"] = torch.tensor([int(x["response_start"])])
-            pending[f"{i}.states"] = states[j, :n].clone()
-            pending[f"{i}.topk_ids"] = top.indices[j, :n].to(torch.int32).cpu().clone()
-            pending[f"{i}.topk_logprobs"] = top.values[j, :n].to(torch.float16).cpu().clone()
-            pending[f"{i}.next_logprob"] = nxt[j, :n].clone()
-            if i + 1 - first >= shard_sequences:
-                flush(i + 1)
+            n = lengths[j]
+            writer.add(b0 + j, {
+                "input_ids": ids[j, :n],
+                "response_start": torch.tensor([int(x["response_start"])]),
+                "states": states[j, :n],
+                "topk_ids": top.indices[j, :n].to(torch.int32).cpu(),
+                "topk_logprobs": top.values[j, :n].to(torch.float16).cpu(),
+                "next_logprob": nxt[j, :n],
+            })
         bar.update(len(batch))
-    flush(len(corpus))
+    writer.close(len(corpus))
     bar.close()
-    write_index()
     return info
+
+
+class FeatureCacheWriter:
+    """Appends sequences to a cache folder, a shard at a time. The index is rewritten (atomically)
+    after every shard, so an interrupted writer leaves every finished shard usable and resumable."""
+
+    def __init__(self, folder: str | os.PathLike, info: FeatureCacheInfo, shard_sequences: int = 256):
+        self.folder, self.info, self.shard_sequences = str(folder), info, int(shard_sequences)
+        self.pending: dict[str, torch.Tensor] = {}
+        self.first = info.num_sequences
+
+    def add(self, index: int, item: dict) -> bool:
+        """Queue sequence ``index`` (``input_ids``, ``response_start``, ``states``, ``topk_ids``,
+        ``topk_logprobs``, ``next_logprob``); returns whether a shard was written."""
+        for name, value in item.items():
+            self.pending[f"{index}.{name}"] = value.contiguous().clone()
+        if index + 1 - self.first >= self.shard_sequences:
+            self.flush(index + 1)
+            return True
+        return False
+
+    def flush(self, upto: int) -> None:
+        if upto == self.first or not self.pending:
+            return
+        name = f"features-{len(self.info.shards):05d}.safetensors"
+        save_file(self.pending, os.path.join(self.folder, name))
+        self.info.shards.append({"file": name, "first": self.first, "count": upto - self.first})
+        self.info.num_sequences = upto
+        self.info.num_tokens += sum(int(v.numel()) for k, v in self.pending.items() if k.endswith(".input_ids"))
+        self.write_index()
+        self.pending, self.first = {}, upto
+
+    def write_index(self) -> None:
+        tmp = os.path.join(self.folder, INDEX_NAME + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(asdict(self.info), f, indent=1)
+            f.write("\n")
+        os.replace(tmp, os.path.join(self.folder, INDEX_NAME))  # never a half-written index
+
+    def close(self, upto: int) -> None:
+        self.flush(upto)
+        self.write_index()
 
 
 def load_feature_cache_info(folder: str | os.PathLike) -> FeatureCacheInfo:

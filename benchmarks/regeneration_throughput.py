@@ -1,0 +1,66 @@
+"""Regeneration throughput against batch size: generated tokens per second, features included.
+
+    python benchmarks/regeneration_throughput.py --target smollm2-135m --output benchmarks/results/regeneration_throughput_smollm2.json
+
+Runs :func:`hf_jetspec.training.regenerate.generate_with_features` (left-padded batches, one
+dynamic cache per batch, read-layer states and top-64 log-probabilities recorded at every step) on
+the same regeneration prompts for each batch size, one after another in one process, and reports
+generated tokens per second. Rows finish at their EOS, so a larger batch also idles on its longest
+answer: that cost is part of what is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="smollm2-135m")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--batch-sizes", default="1,4,8,16,32")
+    parser.add_argument("--num-prompts", type=int, default=32)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--output", default=None)
+    args = parser.parse_args(argv)
+
+    from hf_jetspec.bench import _environment
+    from hf_jetspec.configuration_drafter import default_target_layer_ids
+    from hf_jetspec.targets import load_target
+    from hf_jetspec.training.regenerate import RegenerationConfig, generate_with_features, regeneration_prompts
+
+    target, tokenizer = load_target(args.target, dtype=args.dtype)
+    layer_ids = default_target_layer_ids(target.config.num_hidden_layers)
+    prompts, _ = regeneration_prompts(tokenizer, RegenerationConfig(num_prompts=args.num_prompts))
+    eos = target.generation_config.eos_token_id
+    eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
+    states_dtype = torch.bfloat16 if target.dtype == torch.bfloat16 else torch.float16
+    result = {"command": "python benchmarks/regeneration_throughput.py " + " ".join(argv or __import__("sys").argv[1:]),
+              "target": args.target, "dtype": str(target.dtype).replace("torch.", ""), "prompts": len(prompts),
+              "max_new_tokens": args.max_new_tokens, "environment": _environment(target.device), "rows": []}
+    generate_with_features(target, [prompts[0].input_ids], [False], layer_ids, 4, 64, 1.0, eos_ids, 0, states_dtype)  # warm-up
+    for bsz in [int(b) for b in args.batch_sizes.split(",")]:
+        tokens, t0 = 0, time.perf_counter()
+        for b0 in range(0, len(prompts), bsz):
+            batch = prompts[b0 : b0 + bsz]
+            items = generate_with_features(target, [p.input_ids for p in batch], [False] * len(batch), layer_ids, args.max_new_tokens,
+                                           64, 1.0, eos_ids, 0, states_dtype)
+            tokens += sum(int(it["input_ids"].numel()) - len(p.input_ids) for it, p in zip(items, batch))
+        seconds = time.perf_counter() - t0
+        row = {"batch_size": bsz, "generated_tokens": tokens, "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds, 2)}
+        result["rows"].append(row)
+        print(json.dumps(row), flush=True)
+    best = max(result["rows"], key=lambda r: r["tokens_per_s"])
+    result["best_batch_size"] = best["batch_size"]
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

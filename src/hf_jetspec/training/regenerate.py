@@ -1,0 +1,313 @@
+"""Training data written by the target itself: answers regenerated from training prompts, cached as they are generated.
+
+Both seeds train their drafters on the target's own outputs: seed 000 regenerates its training
+responses with the target, and seed 003's table puts corpus labels (answers written by other
+models) at the bottom. Here the target answers prompts of the offline training sources in batches
+(left padding, one key/value cache per batch), greedily by default, with an optional share sampled
+at a temperature so that drafters also see sampled text. The forwards that generate the answers
+also give what drafter training needs, so the feature cache (:mod:`.feature_cache`, the same
+format ``examples/train_drafter.py --feature-cache`` reads) comes out of generation with no second
+target pass: for every token of prompt and answer, the read-layer states, the top-k
+log-probabilities of the next token and the log-probability of the token that actually follows.
+
+Prompts come from the training sources only: ShareGPT first user turns (``"sharegpt"``) and the
+offline code corpus's requests (``"code"``: standard-library functions and code-bearing ShareGPT
+chats). Every prompt sharing a line of 30 or more characters with any evaluation prompt (GSM8K,
+HumanEval, MT-Bench, AIME25: the code corpus's overlap rule) is excluded, as are exact repeats. The
+order is fixed by the options, so an interrupted run resumes where its last shard ended.
+Alongside the cache, ``regeneration.json`` records the target, dtype, sources and counts, the
+sampling share, the SHA-256 of every prompt and the throughput.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from .feature_cache import FeatureCacheInfo, FeatureCacheWriter, load_feature_cache_info
+
+MANIFEST_NAME = "regeneration.json"
+SOURCES = ("sharegpt", "code")
+
+
+@dataclass
+class RegenerationConfig:
+    """What :func:`regenerate` generates and stores."""
+
+    sources: tuple[str, ...] = SOURCES
+    num_prompts: int = 1000
+    max_prompt_tokens: int = 256
+    max_new_tokens: int = 256
+    batch_size: int = 8
+    sampled_share: float = 0.0  # share of prompts answered by sampling at ``temperature`` (the rest greedily)
+    temperature: float = 0.7
+    top_k: int = 64
+    seed: int = 0
+    shard_sequences: int = 256
+    states_dtype: str = "float16"  # "bfloat16" keeps a bf16 target's large activations
+
+    def __post_init__(self):
+        self.sources = tuple(self.sources)
+        unknown = set(self.sources) - set(SOURCES)
+        if unknown or not self.sources:
+            raise ValueError(f"unknown regeneration source(s) {sorted(unknown)}: choose from {SOURCES}")
+        if not 0.0 <= self.sampled_share <= 1.0:
+            raise ValueError(f"sampled_share must lie in [0, 1], got {self.sampled_share}")
+        if self.sampled_share > 0 and not self.temperature > 0:
+            raise ValueError("a sampled share needs a temperature > 0")
+        for name in ("num_prompts", "max_prompt_tokens", "max_new_tokens", "batch_size", "top_k", "shard_sequences"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.states_dtype not in ("float16", "bfloat16"):
+            raise ValueError(f"states_dtype must be 'float16' or 'bfloat16', got {self.states_dtype!r}")
+
+
+@dataclass
+class RegenerationPrompt:
+    source: str
+    input_ids: list[int]
+    sha256: str  # of the prompt text
+    sampled: bool = False
+
+
+@dataclass
+class RegenerationManifest:
+    target: str
+    dtype: str
+    config: dict
+    layer_ids: list[int]
+    sources: dict = field(default_factory=dict)  # per source: prompts taken, excluded for overlap, repeats
+    prompts_sha256: list[str] = field(default_factory=list)
+    num_sequences: int = 0
+    greedy: int = 0
+    sampled: int = 0
+    generated_tokens: int = 0
+    seconds: float = 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / self.seconds if self.seconds else 0.0
+
+
+def evaluation_lines(min_line_chars: int = 30) -> set[str]:
+    """The long lines of every evaluation prompt installed here (the overlap rule's reference)."""
+    from ..data import EVAL_SETS, MissingDatasetError
+    from .code_corpus import prompt_lines
+
+    texts = []
+    for name, load in EVAL_SETS.items():
+        try:
+            texts.extend(turn for p in load() for turn in p.turns)
+        except MissingDatasetError:
+            continue
+    return prompt_lines(texts, min_line_chars)
+
+
+def _source_turns(source: str):
+    """First user turns of a training source, in a fixed order."""
+    if source == "sharegpt":
+        from ..data import sharegpt_chats
+
+        return (m[0]["content"] for m in sharegpt_chats())
+    from .code_corpus import code_chats
+
+    return (m[0]["content"] for m in code_chats())
+
+
+def regeneration_prompts(tokenizer, config: RegenerationConfig, exclude: set[str] | None = None) -> tuple[list[RegenerationPrompt], dict]:
+    """``config.num_prompts`` prompts, taken in turn from each source (a fixed order), chat-templated,
+    without overlap with ``exclude`` (evaluation lines; default :func:`evaluation_lines`), repeats
+    or prompts over ``max_prompt_tokens``. Returns the prompts and per-source counts. The first
+    ``round(sampled_share * i)`` changes at prompt ``i`` mark the prompts to sample, spread evenly."""
+    from .code_corpus import overlaps
+
+    exclude = evaluation_lines() if exclude is None else exclude
+    streams = {s: _source_turns(s) for s in config.sources}
+    stats = {s: {"prompts": 0, "overlapping": 0, "repeats": 0, "too_long": 0} for s in config.sources}
+    seen: set[str] = set()
+    out: list[RegenerationPrompt] = []
+    live = list(config.sources)
+    while len(out) < config.num_prompts and live:
+        for source in list(live):
+            if len(out) >= config.num_prompts:
+                break
+            for text in streams[source]:
+                digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+                if digest in seen:
+                    stats[source]["repeats"] += 1
+                    continue
+                seen.add(digest)
+                if overlaps([{"content": text}], exclude):
+                    stats[source]["overlapping"] += 1
+                    continue
+                ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+                ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+                if len(ids) > config.max_prompt_tokens:
+                    stats[source]["too_long"] += 1
+                    continue
+                i = len(out)
+                sampled = round(config.sampled_share * (i + 1)) > round(config.sampled_share * i)
+                out.append(RegenerationPrompt(source, ids, digest, sampled))
+                stats[source]["prompts"] += 1
+                break
+            else:
+                live.remove(source)  # exhausted
+    return out, stats
+
+
+@torch.no_grad()
+def generate_with_features(target, prompts: list[list[int]], sampled: list[bool], layer_ids: list[int], max_new_tokens: int,
+                           top_k: int, temperature: float, eos_ids: set[int], pad_id: int, states_dtype: torch.dtype) -> list[dict]:
+    """Answer a batch of prompts (left padding, one cache) and return, per prompt, the feature-cache
+    item of prompt + answer: ``input_ids``, ``response_start``, ``states`` [T, n*H], ``topk_ids`` /
+    ``topk_logprobs`` [T, k] and ``next_logprob`` [T] (the last token's own, as the cache builder
+    stores it), all from the generation forwards themselves. A row stops after its EOS token."""
+    device = target.device
+    bsz, width = len(prompts), max(len(p) for p in prompts)
+    ids = torch.full((bsz, width), pad_id, dtype=torch.long)
+    mask = torch.zeros(bsz, width, dtype=torch.long)
+    for j, p in enumerate(prompts):
+        ids[j, width - len(p):] = torch.tensor(p)
+        mask[j, width - len(p):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    hidden = [i + 1 for i in layer_ids]
+    rows = [{"tokens": list(p), "states": [], "topk_ids": [], "topk_lp": [], "next_lp": []} for p in prompts]
+    sample_rows = torch.tensor(sampled, device=device)
+    done = torch.zeros(bsz, dtype=torch.bool, device=device)
+    out = target(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, output_hidden_states=hidden)
+    cache = out.cache
+    fed = [list(range(width - len(p), width)) for p in prompts]  # columns of this forward that are real tokens, per row
+    for step in range(max_new_tokens + 1):
+        states = torch.cat([out.hidden_states[h] for h in hidden], dim=-1).to(states_dtype).cpu()
+        last = out.logits[:, -1].float()
+        nxt = last.argmax(-1)
+        if bool(sample_rows.any()):
+            drawn = torch.multinomial(torch.softmax(last / temperature, dim=-1), 1).squeeze(-1)
+            nxt = torch.where(sample_rows, drawn, nxt)
+        final = step == max_new_tokens
+        for j in range(bsz):
+            if not fed[j]:
+                continue
+            cols = torch.tensor(fed[j], device=device)
+            row = rows[j]
+            logp = torch.log_softmax(out.logits[j, cols].float(), dim=-1)  # one row at a time: [n, V], not [B, n, V]
+            top = logp.topk(top_k, dim=-1)
+            row["states"].append(states[j, cols.cpu()])
+            row["topk_ids"].append(top.indices.to(torch.int32).cpu())
+            row["topk_lp"].append(top.values.to(torch.float16).cpu())
+            # log p of the token that follows each fed position: the next prompt token, then the choice
+            # (the sequence's last token, after its EOS or at the length limit: its own, as the cache builder stores it)
+            t0 = len(row["tokens"]) - len(fed[j])
+            follow = row["tokens"][t0 + 1:] + ([row["tokens"][-1]] if final or bool(done[j]) else [int(nxt[j])])
+            row["next_lp"].append(logp[torch.arange(len(follow), device=device), torch.tensor(follow, device=device)].cpu())
+        if final:
+            break
+        feed = []
+        for j in range(bsz):
+            if done[j]:
+                fed[j] = []
+                feed.append(pad_id)
+                continue
+            token = int(nxt[j])
+            rows[j]["tokens"].append(token)
+            fed[j] = [0]
+            feed.append(token)
+            if token in eos_ids:
+                done[j] = True  # fed once more for its own state, then nothing after it
+        if not any(fed):
+            break
+        mask = torch.cat([mask, torch.ones(bsz, 1, dtype=mask.dtype, device=device)], dim=1)
+        positions = positions[:, -1:] + 1
+        out = target(input_ids=torch.tensor(feed, device=device)[:, None], attention_mask=mask, position_ids=positions, cache=cache,
+                     use_cache=True, output_hidden_states=hidden)
+        cache = out.cache
+    items = []
+    for p, row in zip(prompts, rows):
+        n = len(row["tokens"])
+        items.append({
+            "input_ids": torch.tensor(row["tokens"], dtype=torch.long),
+            "response_start": torch.tensor([len(p)]),
+            "states": torch.cat(row["states"])[:n],
+            "topk_ids": torch.cat(row["topk_ids"])[:n],
+            "topk_logprobs": torch.cat(row["topk_lp"])[:n],
+            "next_logprob": torch.cat(row["next_lp"])[:n].float(),
+        })
+    return items
+
+
+def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int], config: RegenerationConfig,
+               target_name: str = "", prompts: list[RegenerationPrompt] | None = None, source_stats: dict | None = None,
+               resume: bool = False, progress: bool = True) -> RegenerationManifest:
+    """Answer ``prompts`` (default :func:`regeneration_prompts`) with ``target`` and write the feature
+    cache and ``regeneration.json`` to ``folder``. ``resume`` continues a run with the same options:
+    its finished shards are kept and generation goes on from the next prompt."""
+    from tqdm.auto import tqdm
+
+    if prompts is None:
+        prompts, source_stats = regeneration_prompts(tokenizer, config)
+    if not prompts:
+        raise ValueError("no regeneration prompts: every candidate was excluded or the sources are empty")
+    cfg = target.config.get_text_config()
+    info = FeatureCacheInfo(cfg.model_type, cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size, list(layer_ids), int(config.top_k),
+                            corpus_order=f"regenerated:{config.seed}", corpus_size=len(prompts))
+    manifest = RegenerationManifest(target_name or getattr(target, "name_or_path", ""), str(target.dtype).replace("torch.", ""),
+                                    asdict(config) | {"sources": list(config.sources)}, list(layer_ids), source_stats or {},
+                                    [p.sha256 for p in prompts])
+    path = os.path.join(folder, MANIFEST_NAME)
+    done = 0
+    if resume and os.path.isfile(path):
+        old = json.loads(open(path).read())
+        mine = {k: v for k, v in manifest.config.items() if k not in ("batch_size", "shard_sequences", "num_prompts")}
+        theirs = {k: v for k, v in old["config"].items() if k not in ("batch_size", "shard_sequences", "num_prompts")}
+        if mine != theirs or old["layer_ids"] != list(layer_ids) or old["prompts_sha256"] != manifest.prompts_sha256[: len(old["prompts_sha256"])]:
+            raise ValueError(f"cannot resume the regeneration in {folder}: it was made with other options, read layers or prompts "
+                             f"({theirs}, layers {old['layer_ids']}); start a new folder")
+        info = load_feature_cache_info(folder)
+        done = info.num_sequences
+        for key in ("greedy", "sampled", "generated_tokens", "seconds"):
+            setattr(manifest, key, old[key])
+        info.corpus_size = len(prompts)
+    elif os.path.isfile(os.path.join(folder, "feature_cache.json")):
+        raise FileExistsError(f"{folder} already holds a feature cache: pass resume=True (--resume) or choose another folder")
+    os.makedirs(folder, exist_ok=True)
+    writer = FeatureCacheWriter(folder, info, config.shard_sequences)
+
+    def write_manifest():
+        manifest.num_sequences = info.num_sequences
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(asdict(manifest) | {"tokens_per_s": round(manifest.tokens_per_s, 2)}, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+
+    eos = target.generation_config.eos_token_id
+    eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos_ids), 0)
+    states_dtype = getattr(torch, config.states_dtype)
+    torch.manual_seed(config.seed + done)
+    target.eval()
+    bar = tqdm(total=len(prompts), initial=done, desc="regenerating", unit="prompt", disable=not progress)
+    for b0 in range(done, len(prompts), config.batch_size):
+        batch = prompts[b0 : b0 + config.batch_size]
+        t0 = time.perf_counter()
+        items = generate_with_features(target, [p.input_ids for p in batch], [p.sampled for p in batch], layer_ids,
+                                       config.max_new_tokens, config.top_k, config.temperature, eos_ids, pad_id, states_dtype)
+        manifest.seconds += time.perf_counter() - t0
+        for j, (p, item) in enumerate(zip(batch, items)):
+            manifest.generated_tokens += int(item["input_ids"].numel()) - len(p.input_ids)
+            manifest.sampled += int(p.sampled)
+            manifest.greedy += int(not p.sampled)
+            if writer.add(b0 + j, item):
+                write_manifest()
+        bar.update(len(batch))
+        bar.set_postfix_str(f"{manifest.tokens_per_s:.1f} tok/s")
+    writer.close(len(prompts))
+    write_manifest()
+    bar.close()
+    return manifest

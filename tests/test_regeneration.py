@@ -1,0 +1,139 @@
+"""Regeneration: the target's own answers, with the feature cache written by the generation forwards."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from hf_jetspec.training import FeatureCacheDataset
+from hf_jetspec.training.feature_cache import next_token_logprobs
+from hf_jetspec.training.regenerate import (
+    MANIFEST_NAME,
+    RegenerationConfig,
+    RegenerationPrompt,
+    generate_with_features,
+    regenerate,
+    regeneration_prompts,
+)
+
+LAYERS = [0, 2]
+PROMPTS = [[1, 5, 9, 3, 7], [4, 4, 8], [2, 11, 6, 6, 13, 9, 1], [17, 3], [5, 5, 5, 12]]
+
+
+class CharTokenizer:
+    """A chat template over characters: enough for the prompt selection logic."""
+
+    pad_token_id = 0
+
+    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=True):
+        return [ord(c) % 97 for c in "<u>" + messages[0]["content"] + "<a>"]
+
+
+def teacher_forced(target, tokens):
+    with torch.no_grad():
+        out = target(torch.tensor([tokens]), output_hidden_states=True)
+    states = torch.cat([out.hidden_states[i + 1] for i in LAYERS], -1)[0]
+    return out, states
+
+
+def test_generated_answers_and_features_match_plain_generation_and_a_teacher_forced_pass(llama_target):
+    """Left-padded batch generation gives each prompt the target's own greedy answer, and the features
+    recorded on the way equal those of one forward over the finished sequence."""
+    items = generate_with_features(llama_target, PROMPTS[:3], [False] * 3, LAYERS, max_new_tokens=12, top_k=8, temperature=1.0,
+                                   eos_ids=set(), pad_id=0, states_dtype=torch.float32)
+    for prompt, item in zip(PROMPTS[:3], items):
+        ref = llama_target.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=12)[0]
+        assert item["input_ids"].tolist() == ref.tolist() and int(item["response_start"]) == len(prompt)
+        out, states = teacher_forced(llama_target, ref.tolist())
+        assert torch.allclose(item["states"], states, atol=1e-4)
+        top = torch.log_softmax(out.logits[0].float(), -1).topk(8, dim=-1)
+        assert torch.equal(item["topk_ids"].long(), top.indices)
+        assert torch.allclose(item["topk_logprobs"].float(), top.values, atol=2e-3)
+        assert torch.allclose(item["next_logprob"], next_token_logprobs(out.logits, ref[None])[0], atol=1e-4)
+
+
+def test_a_row_stops_after_its_eos_and_keeps_its_state(llama_target):
+    free = generate_with_features(llama_target, PROMPTS[:2], [False, False], LAYERS, 10, 4, 1.0, set(), 0, torch.float32)
+    eos = int(free[0]["input_ids"][len(PROMPTS[0]) + 2])  # row 0's third answer token
+    stopped = generate_with_features(llama_target, PROMPTS[:2], [False, False], LAYERS, 10, 4, 1.0, {eos}, 0, torch.float32)
+    row = stopped[0]["input_ids"].tolist()
+    first = row.index(eos, len(PROMPTS[0]))
+    assert row == free[0]["input_ids"].tolist()[: first + 1]  # cut right after the first EOS
+    assert stopped[0]["states"].shape[0] == len(row) and stopped[0]["next_logprob"].shape[0] == len(row)
+    _, states = teacher_forced(llama_target, row)
+    assert torch.allclose(stopped[0]["states"], states, atol=1e-4)
+
+
+def test_sampled_rows_follow_the_temperature_and_greedy_rows_do_not_move(llama_target):
+    torch.manual_seed(0)
+    a = generate_with_features(llama_target, PROMPTS[:2], [True, False], LAYERS, 16, 4, 5.0, set(), 0, torch.float32)
+    torch.manual_seed(1)
+    b = generate_with_features(llama_target, PROMPTS[:2], [True, False], LAYERS, 16, 4, 5.0, set(), 0, torch.float32)
+    assert not torch.equal(a[0]["input_ids"], b[0]["input_ids"])  # sampled at a high temperature: the draws differ
+    assert torch.equal(a[1]["input_ids"], b[1]["input_ids"])  # greedy
+
+
+def test_regenerate_writes_a_resumable_cache_with_its_manifest(llama_target, tmp_path):
+    config = RegenerationConfig(num_prompts=5, max_new_tokens=6, batch_size=2, top_k=4, shard_sequences=2, states_dtype="float16")
+    prompts = [RegenerationPrompt("sharegpt", p, f"h{i}") for i, p in enumerate(PROMPTS)]
+    full = regenerate(llama_target, CharTokenizer(), tmp_path / "full", LAYERS, config, "tiny", prompts, progress=False)
+    assert full.num_sequences == 5 and full.greedy == 5 and full.generated_tokens == 5 * 6 and full.tokens_per_s > 0
+    manifest = json.loads((tmp_path / "full" / MANIFEST_NAME).read_text())
+    assert manifest["prompts_sha256"] == [f"h{i}" for i in range(5)] and manifest["target"] == "tiny"
+    data = FeatureCacheDataset(tmp_path / "full")
+    assert len(data) == 5 and len(data.info.shards) == 3
+    assert data[1]["input_ids"][: len(PROMPTS[1])].tolist() == PROMPTS[1] and data[1]["response_start"] == len(PROMPTS[1])
+
+    # a run stopped after three prompts, then resumed with all five
+    part = regenerate(llama_target, CharTokenizer(), tmp_path / "part", LAYERS, config, "tiny", prompts[:3], progress=False)
+    assert part.num_sequences == 3
+    resumed = regenerate(llama_target, CharTokenizer(), tmp_path / "part", LAYERS, config, "tiny", prompts, resume=True, progress=False)
+    assert resumed.num_sequences == 5
+    again = FeatureCacheDataset(tmp_path / "part")
+    for i in range(5):
+        assert torch.equal(again[i]["input_ids"], data[i]["input_ids"])
+        # batches are composed differently (padding), so states agree to rounding
+        assert torch.allclose(again[i]["states"].float(), data[i]["states"].float(), atol=2e-3)
+    with pytest.raises(FileExistsError, match="--resume"):
+        regenerate(llama_target, CharTokenizer(), tmp_path / "full", LAYERS, config, "tiny", prompts, progress=False)
+    other = RegenerationConfig(num_prompts=5, max_new_tokens=7, batch_size=2, top_k=4, shard_sequences=2)
+    with pytest.raises(ValueError, match="cannot resume"):
+        regenerate(llama_target, CharTokenizer(), tmp_path / "full", LAYERS, other, "tiny", prompts, resume=True, progress=False)
+
+
+def test_prompt_selection_excludes_evaluation_overlap_repeats_and_long_prompts(monkeypatch):
+    import hf_jetspec.training.regenerate as regen
+
+    evaluation = "Natalia sold clips to 48 of her friends in April, and then"
+    turns = {
+        "sharegpt": ["hello there", "hello there", f"please solve:\n{evaluation}", "x" * 400, "write a poem", "tell me a joke"],
+        "code": ["def f(): pass  # add docstrings", "sort a list", "reverse a string"],
+    }
+    monkeypatch.setattr(regen, "_source_turns", lambda source: iter(turns[source]))
+    config = RegenerationConfig(num_prompts=5, max_prompt_tokens=64, sampled_share=0.4)
+    prompts, stats = regeneration_prompts(CharTokenizer(), config, exclude={evaluation})
+    texts = [p.source for p in prompts]
+    assert texts == ["sharegpt", "code", "sharegpt", "code", "sharegpt"]  # taken in turn
+    assert stats["sharegpt"] == {"prompts": 3, "overlapping": 1, "repeats": 1, "too_long": 1}
+    assert stats["code"]["prompts"] == 2
+    assert sum(p.sampled for p in prompts) == 2  # 40% of 5, spread over the run
+    assert len({p.sha256 for p in prompts}) == 5
+    with pytest.raises(ValueError, match="unknown regeneration source"):
+        RegenerationConfig(sources=("gsm8k-test",))
+    with pytest.raises(ValueError, match="temperature"):
+        RegenerationConfig(sampled_share=0.5, temperature=0.0)
+
+
+def test_every_installed_evaluation_prompt_is_excluded_by_the_line_rule():
+    from hf_jetspec.data import load_eval_prompts
+    from hf_jetspec.training.code_corpus import overlaps
+    from hf_jetspec.training.regenerate import evaluation_lines
+
+    lines = evaluation_lines()
+    for name in ("gsm8k", "humaneval", "mt-bench"):
+        for prompt in load_eval_prompts(name, limit=20):
+            text = prompt.turns[0]
+            if any(len(line.strip()) >= 30 for line in text.splitlines()):
+                assert overlaps([{"content": text}], lines), (name, prompt.id)
