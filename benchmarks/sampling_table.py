@@ -47,10 +47,33 @@ def run_table(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def summary_table(results: list[dict]) -> str:
+    """One row per run: speed against plain decoding of every method, and the drafter's first-position acceptance."""
+    names = []
+    for r in results:
+        names += [n for n in r["methods"] if n != "ar" and n not in names]
+    lines = ["| target | prompts | T | " + " | ".join(names) + " | drafter pos. 1: q / point mass |",
+             "|" + "---|" * (len(names) + 4)]
+    for r in results:
+        cfg, m = r["config"], r["methods"]
+
+        def first(name):
+            pa = (m.get(name, {}).get("position_acceptance") or {}).get("drafter")
+            return f"{pa[0][1] / pa[0][0]:.2f}" if pa and pa[0][0] else "-"
+
+        cells = [fmt(m.get(n, {}).get("speedup_vs_ar"), "{:.2f}x") for n in names]
+        lines.append(f"| {cfg['target']} | {cfg['prompts']} ({cfg['num_items']}) | {cfg['temperature']} | " + " | ".join(cells)
+                     + f" | {first('jetspec')} / {first('jetspec-pointmass')} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(paths: list[str]) -> None:
-    for path in paths:
+    results = [json.loads(Path(p).read_text()) for p in paths]
+    print("Speed against plain decoding (each row one interleaved run):\n")
+    print(summary_table(results))
+    for path, result in zip(paths, results):
         print(f"`{Path(path).name}`\n")
-        print(run_table(json.loads(Path(path).read_text())))
+        print(run_table(result))
 
 
 if __name__ == "__main__":

@@ -112,6 +112,21 @@ def test_bad_drafting_options(llama_target):
     for bad in (0, -1.0, float("inf"), True, "2"):
         with pytest.raises(ValueError, match="proposal_sharpness"):
             DraftingConfig(proposal_sharpness=bad)
+    for bad in (-0.1, True, "1"):
+        with pytest.raises(ValueError, match="sampled_drafts_min_temperature"):
+            DraftingConfig(sampled_drafts_min_temperature=bad)
+
+
+def test_drafts_are_drawn_from_q_only_when_sampling_at_or_above_the_threshold():
+    from transformers import GenerationConfig
+
+    options = DraftingConfig(sampled_drafts_min_temperature=0.85)
+    assert not options.draws_from_q(GenerationConfig(do_sample=False))
+    assert not options.draws_from_q(GenerationConfig(do_sample=True, temperature=0.7))
+    assert options.draws_from_q(GenerationConfig(do_sample=True, temperature=0.85))
+    assert options.draws_from_q(GenerationConfig(do_sample=True, temperature=1.0))
+    assert not options.replace(sampled_drafts=False).draws_from_q(GenerationConfig(do_sample=True, temperature=1.0))
+    assert DraftingConfig().draws_from_q(GenerationConfig(do_sample=True, temperature=0.2))
 
 
 def test_unsupported_generation_settings(llama_target):

@@ -47,7 +47,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self.layer_ids = list(drafter.config.target_layer_ids)
         self.model_kwargs_overrides = {"output_hidden_states": [i + 1 for i in self.layer_ids]}
         self.max_length = generation_config.max_length
-        self.do_sample = bool(generation_config.do_sample) and options.sampled_drafts
+        self.do_sample = options.draws_from_q(generation_config)  # drafts drawn from q (else argmax / point masses)
         self.logits_processor = logits_processor
         self.vocab_size = target.get_output_embeddings().weight.shape[0]
         self._drawn_logits = None  # the proposal logits of this round's sampled drafter block [1, g, V]

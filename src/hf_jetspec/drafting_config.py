@@ -102,6 +102,10 @@ class DraftingConfig:
             drafter's own distribution; larger: sharper). Any value is exact; the best one depends
             on how well the drafter's confidence matches the target's, measured per drafter by
             ``benchmarks/proposal_shape.py``.
+        sampled_drafts_min_temperature: draw drafts from ``q`` only when the sampling temperature
+            is at least this (below it, argmax drafts): where the drafter's ``q`` gains little over
+            its argmax, the argmax is cheaper to draft (the shipped SmolLM2 drafter sets 0.85;
+            benchmarks/README.md, "Sampling").
     """
 
     budget: int = 16
@@ -129,6 +133,7 @@ class DraftingConfig:
     context_window: int | None = None
     sampled_drafts: bool = True
     proposal_sharpness: float = 1.0
+    sampled_drafts_min_temperature: float = 0.0
 
     def __post_init__(self):
         self.validate()
@@ -152,6 +157,17 @@ class DraftingConfig:
         if isinstance(self.proposal_sharpness, bool) or not isinstance(self.proposal_sharpness, (int, float)) or not (
                 0 < self.proposal_sharpness < float("inf")):
             raise ValueError(f"proposal_sharpness must be a finite number > 0, got {self.proposal_sharpness!r}")
+        if isinstance(self.sampled_drafts_min_temperature, bool) or not isinstance(self.sampled_drafts_min_temperature, (int, float)) \
+                or not self.sampled_drafts_min_temperature >= 0:
+            raise ValueError(f"sampled_drafts_min_temperature must be a number >= 0, got {self.sampled_drafts_min_temperature!r}")
+
+    def draws_from_q(self, generation_config) -> bool:
+        """Whether a ``generate`` call with ``generation_config`` draws its drafts from ``q``: sampling,
+        ``sampled_drafts`` on, at a temperature of at least ``sampled_drafts_min_temperature``."""
+        if not generation_config.do_sample or not self.sampled_drafts:
+            return False
+        temperature = generation_config.temperature if generation_config.temperature is not None else 1.0
+        return temperature >= self.sampled_drafts_min_temperature
         if isinstance(self.tree, tuple):
             self.tree = list(self.tree)
         if self.tree == "off":

@@ -306,7 +306,7 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
     layer_ids = list(drafter.config.target_layer_ids)
     hidden_layers = [i + 1 for i in layer_ids]
     do_sample = bool(generation_config.do_sample)
-    sampling = do_sample and options.sampled_drafts  # drafter nodes drawn from q, multi-draft verification
+    sampling = options.draws_from_q(generation_config)  # drafter nodes drawn from q, multi-draft verification
     vocab_size = target.get_output_embeddings().weight.shape[0]
     boolean_mask = getattr(target.config, "_attn_implementation", "sdpa") != "eager"
     generator = torch.Generator(device=drafter.device).manual_seed(options.seed)
