@@ -161,13 +161,6 @@ class DraftingConfig:
                 or not self.sampled_drafts_min_temperature >= 0:
             raise ValueError(f"sampled_drafts_min_temperature must be a number >= 0, got {self.sampled_drafts_min_temperature!r}")
 
-    def draws_from_q(self, generation_config) -> bool:
-        """Whether a ``generate`` call with ``generation_config`` draws its drafts from ``q``: sampling,
-        ``sampled_drafts`` on, at a temperature of at least ``sampled_drafts_min_temperature``."""
-        if not generation_config.do_sample or not self.sampled_drafts:
-            return False
-        temperature = generation_config.temperature if generation_config.temperature is not None else 1.0
-        return temperature >= self.sampled_drafts_min_temperature
         if isinstance(self.tree, tuple):
             self.tree = list(self.tree)
         if self.tree == "off":
@@ -191,6 +184,14 @@ class DraftingConfig:
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.pipeline not in PIPELINES:
             raise ValueError(f"pipeline must be one of {PIPELINES}, got {self.pipeline!r}")
+
+    def draws_from_q(self, generation_config) -> bool:
+        """Whether a ``generate`` call with ``generation_config`` draws its drafts from ``q``: sampling,
+        ``sampled_drafts`` on, at a temperature of at least ``sampled_drafts_min_temperature``."""
+        if not generation_config.do_sample or not self.sampled_drafts:
+            return False
+        temperature = generation_config.temperature if generation_config.temperature is not None else 1.0
+        return temperature >= self.sampled_drafts_min_temperature
 
     @property
     def needs_foresight_models(self) -> bool:
