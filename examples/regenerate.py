@@ -1,7 +1,7 @@
 """Regenerate training data with the target itself: its own answers to training prompts, cached as they are generated.
 
     python examples/regenerate.py --target smollm2-135m --drafter hub_cards/jetspec-smollm2-135m \
-        --num-prompts 2000 --max-new-tokens 256 --batch-size 8 --output runs/regen-smollm2
+        --num-prompts 2000 --max-new-tokens 256 --batch-size 32 --output runs/regen-smollm2
 
 Prompts are ShareGPT first user turns and the offline code corpus's requests, taken in turn, with
 every prompt that shares a long line with an evaluation prompt left out. The target answers in
