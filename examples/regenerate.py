@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--num-prompts", type=int, default=1000)
     ap.add_argument("--max-prompt-tokens", type=int, default=256)
     ap.add_argument("--max-new-tokens", type=int, default=256)
-    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--batch-size", type=int, default=32, help="32 measured fastest for SmolLM2-135M on 2 CPU cores")
     ap.add_argument("--sampled-share", type=float, default=0.0, help="share of prompts answered by sampling (the rest greedily)")
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--top-k", type=int, default=64, help="next-token log-probabilities kept per position")
