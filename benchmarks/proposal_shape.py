@@ -70,7 +70,7 @@ def main(argv=None) -> None:
     gamma, K = opts.budget - 1, args.positions
     layer_ids = list(drafter.config.target_layer_ids)
     vocab = target.get_output_embeddings().weight.shape[0]
-    draft_vocab = drafter.draft_vocab if drafter.config.draft_vocab_size is not None else None
+    draft_vocab = drafter.draft_vocab_ids
     sharp = [float(s) for s in args.sharpness.split(",")]
     result = {"command": "python benchmarks/proposal_shape.py " + " ".join(argv or __import__("sys").argv[1:]),
               "target": args.target, "drafter": what, "dtype": str(target.dtype).replace("torch.", ""), "top_p": args.top_p,

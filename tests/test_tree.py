@@ -140,6 +140,20 @@ ROOT = 2
 LENGTH = 3
 
 
+def markov_law_pvalue(counts: dict, samples: int) -> float:
+    """Chi-square p-value of the counted LENGTH-token sequences after ROOT against LAW's exact joint law."""
+    seqs = list(itertools.product(range(VOCAB), repeat=LENGTH))
+    law = []
+    for seq in seqs:
+        p, last = 1.0, ROOT
+        for t in seq:
+            p, last = p * float(LAW[last, t]), t
+        law.append(p)
+    observed = [counts.get(s, 0) for s in seqs]
+    expected = [p / sum(law) * samples for p in law]  # the law sums to 1 up to float rounding
+    return chisquare(observed, expected).pvalue
+
+
 def _round(tree, walk, generator):
     """One tree round after ROOT, continued by plain sampling to LENGTH tokens."""
     rows = [ROOT] + tree.tokens.tolist()
@@ -174,16 +188,7 @@ def test_tree_walk_samples_the_targets_law(walk, exact):
     for _ in range(samples):
         seq = _round(tree, walk, g)
         counts[seq] = counts.get(seq, 0) + 1
-    seqs = list(itertools.product(range(VOCAB), repeat=LENGTH))
-    law = []
-    for seq in seqs:
-        p, last = 1.0, ROOT
-        for t in seq:
-            p, last = p * float(LAW[last, t]), t
-        law.append(p)
-    observed = [counts.get(s, 0) for s in seqs]
-    expected = [p / sum(law) * samples for p in law]  # the law sums to 1 up to float rounding
-    pvalue = chisquare(observed, expected).pvalue
+    pvalue = markov_law_pvalue(counts, samples)
     assert (pvalue > 1e-3) if exact else (pvalue < 1e-6)
 
 
@@ -290,14 +295,5 @@ def test_sampled_tree_rounds_follow_the_targets_law(fault):
             seq.append(int(torch.multinomial(LAW[seq[-1]], 1)))
         key = tuple(seq[:LENGTH])
         counts[key] = counts.get(key, 0) + 1
-    seqs = list(itertools.product(range(VOCAB), repeat=LENGTH))
-    law = []
-    for seq in seqs:
-        p, last = 1.0, ROOT
-        for t in seq:
-            p, last = p * float(LAW[last, t]), t
-        law.append(p)
-    observed = [counts.get(s, 0) for s in seqs]
-    expected = [p / sum(law) * samples for p in law]
-    pvalue = chisquare(observed, expected).pvalue
+    pvalue = markov_law_pvalue(counts, samples)
     assert (pvalue > 1e-3) if fault is None else (pvalue < 1e-6)

@@ -252,9 +252,8 @@ class JetSpecCandidateGenerator(CandidateGenerator):
     def _proposal(self, logits, input_ids):
         """The proposal of a drafted block (:func:`~hf_jetspec.sampled_drafting.make_proposal`) from
         its final pass's draft-vocabulary logits [g, V_draft], cut before the first empty row."""
-        drafter = self.drafter
-        q = make_proposal(logits, drafter.draft_vocab if drafter.config.draft_vocab_size is not None else None, self.vocab_size,
-                          input_ids.to(logits.device), self.logits_processor, self.options.proposal_sharpness)
+        q = make_proposal(logits, self.drafter.draft_vocab_ids, self.vocab_size, input_ids.to(logits.device), self.logits_processor,
+                          self.options.proposal_sharpness)
         return q.truncate(q.usable_rows())
 
     def _j0_inputs(self, anchor, context, gamma, seed=()):

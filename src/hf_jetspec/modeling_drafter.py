@@ -215,6 +215,11 @@ class JetSpecDrafter(PreTrainedModel):
         if self.__dict__["_target"] is not None:
             self.attach_target(self.__dict__["_target"])
 
+    @property
+    def draft_vocab_ids(self) -> torch.Tensor | None:
+        """The target id of each row of the draft head; None when the draft vocabulary is the target's."""
+        return self.draft_vocab if self.config.draft_vocab_size is not None else None
+
     def draft_index(self) -> torch.Tensor | None:
         """Map target id -> row of the restricted draft head (-1: not draftable), on CPU; None if unrestricted."""
         if self.config.draft_vocab_size is None:
@@ -244,7 +249,7 @@ class JetSpecDrafter(PreTrainedModel):
             self.to(device=target.device, dtype=target.dtype if follow_dtype else self.dtype)
         self.__dict__["_target"] = target
         weight = target.get_output_embeddings().weight
-        vocab = self.draft_vocab if self.config.draft_vocab_size is not None else None
+        vocab = self.draft_vocab_ids
         # the same head tensor while neither the target's head nor the draft vocabulary changed (a new
         # tensor per generate call would cost a copy and, under the compiled int8 step, a new graph).
         # A row subset is taken outside autograd: the target is frozen wherever a drafter trains, and a

@@ -101,10 +101,9 @@ def sampled_topk(topk: TopkDraft, q: Proposal, k: int) -> TopkDraft:
 def proposal_of(drafter, logits: torch.Tensor, input_ids: torch.Tensor, logits_processor, vocab_size: int,
                 sharpness: float = 1.0) -> Proposal:
     """The proposal ``q`` of a drafted block under sampling (:mod:`hf_jetspec.sampled_drafting`), on the CPU."""
-    draft_vocab = drafter.draft_vocab if drafter.config.draft_vocab_size is not None else None
-    q = make_proposal(logits.cpu(), None if draft_vocab is None else draft_vocab.cpu(), vocab_size, input_ids.cpu(), logits_processor,
-                      sharpness)
-    return q
+    draft_vocab = drafter.draft_vocab_ids
+    return make_proposal(logits.cpu(), None if draft_vocab is None else draft_vocab.cpu(), vocab_size, input_ids.cpu(), logits_processor,
+                         sharpness)
 
 
 def draft_branches(drafter, cache, anchor: torch.Tensor, draft: torch.Tensor, alternatives: torch.Tensor, start: int, k: int):
