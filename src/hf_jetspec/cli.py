@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
@@ -207,6 +208,23 @@ def cmd_calibrate_policy(args) -> int:
     return 0
 
 
+def cmd_export_vllm(args) -> int:
+    import torch
+
+    from .interop.vllm import export_for_vllm
+    from .modeling_drafter import JetSpecDrafter
+
+    drafter = JetSpecDrafter.from_pretrained(args.drafter, dtype=torch.float32)
+    try:
+        record = export_for_vllm(drafter, args.output, dtype=args.dtype, target=args.target, source=args.drafter)
+    except (ValueError, FileExistsError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {record.folder} ({', '.join(record.files)})\nserve with: vllm serve {record.target} --dtype {record.dtype} "
+          f"--speculative-config '{json.dumps(record.speculative_config)}'")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-jetspec", description="Lossless speculative decoding for transformers.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -287,6 +305,13 @@ def build_parser() -> argparse.ArgumentParser:
     pol.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling of the recorded rounds (with --temperature)")
     pol.add_argument("--output", default=None, help="folder for the calibration file (default: the drafter folder)")
     pol.set_defaults(func=cmd_calibrate_policy)
+
+    exp = sub.add_parser("export-vllm", help="write a DFlash-layout drafter as the folder vLLM's dflash method serves")
+    exp.add_argument("--drafter", required=True, help="a JetSpecDrafter folder trained with --dflash-layout and bidirectional attention")
+    exp.add_argument("--output", required=True, help="the folder to write (model.safetensors, config.json, README.md)")
+    exp.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"], help="weights' dtype in the folder")
+    exp.add_argument("--target", default=None, help="the target's Hub id or folder for the card (default: the drafter config's)")
+    exp.set_defaults(func=cmd_export_vllm)
     return parser
 
 

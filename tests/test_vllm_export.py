@@ -1,0 +1,190 @@
+"""Export to vLLM's dflash layout: the folder's config against the fields vLLM reads (a fixture written
+from vLLM's source), the weights round-tripping, layouts vLLM cannot run refused, and the launcher.
+
+The export-and-serve check itself (`benchmarks/serve_vllm.py`) needs the serving environment
+(`make serve-env`); its test is marked ``vllm`` and skipped where that environment does not exist."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import tiny_llama
+from safetensors.torch import load_file
+
+from hf_jetspec import JetSpecDrafter
+from hf_jetspec.dflash import dflash_to_jetspec
+from hf_jetspec.interop.vllm import (
+    EXPORT_MANIFEST,
+    VllmServer,
+    export_for_vllm,
+    num_speculative_tokens,
+    vllm_command,
+    vllm_servable_errors,
+)
+
+FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "vllm_dflash_fields.json").read_text())
+REPO = Path(__file__).resolve().parents[1]
+SERVABLE = dict(attention="bidirectional", block_inputs="mask", mask_token_id=3, qk_norm=True, context_input_norm=False,
+                row_predicts="self", target_layer_ids=[0, 2], block_size=8)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama()
+
+
+def servable(target, **overrides) -> JetSpecDrafter:
+    torch.manual_seed(0)
+    return JetSpecDrafter.for_target(target, **{**SERVABLE, **overrides}).eval()
+
+
+def lookup(config: dict, dotted: str):
+    value = config
+    for part in dotted.split("."):
+        value = value[part]
+    return value
+
+
+def test_exported_config_has_every_field_vllm_reads(target, tmp_path):
+    drafter = servable(target)
+    record = export_for_vllm(drafter, tmp_path / "out", dtype="float32", target="org/tiny-target")
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    for name, expected in FIXTURE["fixed"].items():
+        assert lookup(config, name) == expected, name
+    for name in FIXTURE["required"]:
+        lookup(config, name)  # raises KeyError if vLLM's required field is missing
+    # the values vLLM derives its layers from are the drafter's own
+    assert config["dflash_config"]["target_layer_ids"] == [0, 2]  # vLLM adds 1, as target_layer_ids does
+    assert config["dflash_config"]["mask_token_id"] == 3
+    assert config["num_hidden_layers"] == drafter.config.num_hidden_layers
+    assert record.num_speculative_tokens == num_speculative_tokens(drafter.config) == 7
+    assert record.speculative_config == {"method": "dflash", "model": str(tmp_path / "out"), "num_speculative_tokens": 7}
+    # every weight name is one vLLM's loader maps, and nothing of the target's (embeddings, head) is written
+    weights = load_file(str(tmp_path / "out" / "model.safetensors"))
+    for key in weights:
+        assert any(key.startswith(prefix) for prefix in FIXTURE["weight_prefixes"]), key
+    assert not any("embed_tokens" in k or "lm_head" in k for k in weights)
+
+
+def test_export_round_trips_the_weights_and_dequantises_int8_storage(target, tmp_path):
+    drafter = servable(target, intermediate_size=64)
+    drafter.save_pretrained(tmp_path / "int8", weight_storage="int8")
+    stored = JetSpecDrafter.from_pretrained(str(tmp_path / "int8"), dtype=torch.float32)
+    export_for_vllm(stored, tmp_path / "out", dtype="float32", target="org/tiny-target")
+    weights = load_file(str(tmp_path / "out" / "model.safetensors"))
+    assert all(v.dtype == torch.float32 for v in weights.values())
+    back, config = dflash_to_jetspec(weights, json.loads((tmp_path / "out" / "config.json").read_text()))
+    for key, value in stored.state_dict().items():
+        assert torch.equal(back[key], value), key
+    assert config.block_inputs == "mask" and config.mask_token_id == 3
+
+
+def test_card_holds_the_exact_serving_lines(target, tmp_path):
+    export_for_vllm(servable(target), tmp_path / "tiny-dflash", target="org/tiny-target")
+    card = (tmp_path / "tiny-dflash" / "README.md").read_text()
+    spec = '{"method": "dflash", "model": "tiny-dflash", "num_speculative_tokens": 7}'
+    assert f"vllm serve org/tiny-target --dtype bfloat16 \\\n    --speculative-config '{spec}'" in card
+    assert "speculative_config={'method': 'dflash', 'model': 'tiny-dflash', 'num_speculative_tokens': 7}" in card
+    assert "--tensor-parallel-size 2" in card and "sglang.launch_server" in card
+    manifest = json.loads((tmp_path / "tiny-dflash" / EXPORT_MANIFEST).read_text())
+    assert manifest["num_speculative_tokens"] == 7 and manifest["dtype"] == "bfloat16"
+
+
+@pytest.mark.parametrize("overrides, missing", [
+    ({"block_inputs": "tokens", "mask_token_id": None, "row_predicts": "next"}, "block_inputs='tokens'"),
+    ({"qk_norm": False}, "qk_norm=False"),
+    ({"context_input_norm": True}, "context_input_norm=True"),
+    ({"row_predicts": "next"}, "row_predicts='next'"),
+])
+def test_layouts_vllm_cannot_run_are_refused_with_the_training_flag(target, tmp_path, overrides, missing):
+    drafter = servable(target, **overrides)
+    with pytest.raises(ValueError, match="cannot be served by vLLM") as err:
+        export_for_vllm(drafter, tmp_path / "out", target="org/tiny-target")
+    assert missing in str(err.value) and "--dflash-layout MASK_TOKEN_ID" in str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_causal_drafters_with_a_restricted_vocabulary_export_as_vllm_maps_them(target, tmp_path):
+    """vLLM reads ``is_causal``, and maps a draft vocabulary through its own ``lm_head`` rows plus ``d2t``
+    offsets (target id = row + d2t[row]); its argmax over the full vocabulary must pick our token."""
+    drafter = servable(target, attention="causal")
+    vocab = torch.tensor([2, 5, 6, 40, 41, 99, 127])
+    drafter.restrict_draft_vocab(vocab[torch.randperm(len(vocab))])  # any order in, sorted rows out
+    export_for_vllm(drafter, tmp_path / "out", dtype="float32", target="org/tiny-target")
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    weights = load_file(str(tmp_path / "out" / "model.safetensors"))
+    assert config["is_causal"] is True and config["draft_vocab_size"] == 7
+    assert torch.equal(torch.arange(7) + weights["d2t"], vocab)
+    assert torch.equal(weights["lm_head.weight"], target.get_output_embeddings().weight.detach()[vocab])
+    hidden = torch.randn(5, drafter.config.hidden_size)
+    ours = drafter.draft_ids(drafter.draft_logits(hidden[:, None])[:, 0])
+    theirs = torch.full((5, config["vocab_size"]), float("-inf"))
+    theirs[:, torch.arange(7) + weights["d2t"]] = torch.nn.functional.linear(drafter.norm(hidden), weights["lm_head.weight"])
+    assert torch.equal(theirs.argmax(-1), ours)
+
+
+def test_a_restricted_vocabulary_needs_the_target_to_write_its_head(target, tmp_path):
+    drafter = servable(target)
+    drafter.restrict_draft_vocab(torch.arange(32))
+    drafter.save_pretrained(tmp_path / "restricted")
+    loaded = JetSpecDrafter.from_pretrained(str(tmp_path / "restricted"), dtype=torch.float32)
+    with pytest.raises(ValueError, match="attach_target"):
+        export_for_vllm(loaded, tmp_path / "out", target="org/tiny-target")
+
+
+def test_shipped_token_input_drafter_is_refused_naming_every_gap():
+    errors = vllm_servable_errors(JetSpecDrafter.config_class.from_pretrained(str(REPO / "hub_cards" / "jetspec-smollm2-135m")))
+    text = "; ".join(errors)
+    for gap in ("block_inputs='tokens'", "qk_norm=False", "context_input_norm=True", "row_predicts='next'", "mask_token_id is None"):
+        assert gap in text
+
+
+def test_export_does_not_overwrite_a_foreign_folder(target, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("keep me")
+    with pytest.raises(FileExistsError):
+        export_for_vllm(servable(target), tmp_path / "out", target="org/tiny-target")
+    export_for_vllm(servable(target), tmp_path / "fresh", target="org/tiny-target")
+    export_for_vllm(servable(target), tmp_path / "fresh", target="org/tiny-target")  # an earlier export is replaced
+
+
+def test_cli_export_reports_refusals_as_errors(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "hf_jetspec.cli", "export-vllm", "--drafter", str(REPO / "hub_cards" / "jetspec-smollm2-135m"),
+                           "--output", str(tmp_path / "out")], capture_output=True, text=True)
+    assert proc.returncode == 2 and "cannot be served by vLLM" in proc.stderr and "--dflash-layout MASK_TOKEN_ID" in proc.stderr
+
+
+def test_vllm_command_preloads_the_openmp_runtime(tmp_path):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    lib = venv / "lib" / "python3.11" / "site-packages" / "vllm" / "lib"
+    lib.mkdir(parents=True)
+    (lib.parent / "__init__.py").write_text("")
+    (lib / "libiomp5.so").write_text("")
+    server = VllmServer(model="m", venv=str(venv), speculative={"method": "dflash", "model": "d", "num_speculative_tokens": 15},
+                        cpu_threads="0-1")
+    argv, env = vllm_command(server)
+    assert argv[:5] == [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
+    assert json.loads(argv[argv.index("--speculative-config") + 1])["num_speculative_tokens"] == 15
+    assert env["LD_PRELOAD"].split(":")[0] == str(lib / "libiomp5.so")
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1" and env["VLLM_NO_USAGE_STATS"] == "1"
+    with pytest.raises(FileNotFoundError, match="make serve-env"):
+        vllm_command(VllmServer(model="m", venv=str(tmp_path / "none")))
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not list((REPO / ".venv-vllm").glob("lib/python3*/site-packages/vllm/__init__.py")),
+                    reason="no serving environment (make serve-env)")
+def test_vllm_serves_an_exported_drafter_exactly(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "serve_vllm.py"), "--smoke", "--output", str(tmp_path / "serve.json")],
+                          capture_output=True, text=True, cwd=REPO, env=dict(os.environ), timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "serve.json").read_text())
+    assert result["exactness"]["all_equal"] and result["exactness"]["prompts"] >= 2
