@@ -1,5 +1,5 @@
-"""Interop with serving engines: our drafters exported to the layouts they serve."""
+"""Interop with other formats and serving engines: DFlash / transformers' MuseGlimmerAssistant
+conversions (``interop.dflash``) and the export to vLLM's dflash folder (``interop.vllm``).
 
-from .vllm import VllmExport, VllmServer, export_for_vllm, vllm_command, vllm_servable_errors
-
-__all__ = ["VllmExport", "VllmServer", "export_for_vllm", "vllm_command", "vllm_servable_errors"]
+Import from the modules; this package file imports nothing, so that a drafter loading a DFlash
+checkpoint does not pull in the serving code."""
