@@ -32,7 +32,7 @@ def head_size(drafter_path: str) -> dict:
     from transformers import DynamicCache
 
     from hf_jetspec import JetSpecDrafter, load_target
-    from hf_jetspec.data import frequent_response_tokens
+    from hf_jetspec.tools.data import frequent_response_tokens
 
     target, tok = load_target("smollm2-135m", dtype="bfloat16")
     full = JetSpecDrafter.from_pretrained(drafter_path)
@@ -113,7 +113,7 @@ def warm_pass(drafter_path: str) -> dict:
 
 
 def ops_us() -> dict:
-    from hf_jetspec.numerics import log_normaliser
+    from hf_jetspec.tools.numerics import log_normaliser
 
     torch.manual_seed(0)
     x = torch.randn(15, 8192).bfloat16()

@@ -26,9 +26,9 @@ from pathlib import Path
 import torch
 
 from hf_jetspec import load_target
-from hf_jetspec.bench import _environment, build_items
-from hf_jetspec.data import load_eval_prompts
-from hf_jetspec.layers import foreign_layer_forward
+from hf_jetspec.tools.bench import _environment, build_items
+from hf_jetspec.tools.data import load_eval_prompts
+from hf_jetspec.drafter.layers import foreign_layer_forward
 
 
 def spread_layers(num_layers: int, keep: int) -> list[int]:

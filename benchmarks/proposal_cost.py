@@ -6,7 +6,7 @@ One block of 15 rows of bf16 draft logits over a restricted draft vocabulary of 
 shipped SmolLM2 drafter's) in a 49,152-id target vocabulary, T = 0.7 and top-p 0.9, sharpness 2:
 - general: logits placed in the target's vocabulary, transformers' own processors over all of it,
   ``torch.multinomial`` per row (what a sampled round first did);
-- draft vocabulary: :func:`hf_jetspec.sampled_drafting.make_proposal` (the warpers on the draft
+- draft vocabulary: :func:`hf_jetspec.generation.sampled_drafting.make_proposal` (the warpers on the draft
   vocabulary, top-p's nucleus looked for among the top 256) and :meth:`Proposal.sample` (one
   uniform per row against the cumulative distribution), plus the dense logits handed to transformers;
 - with a repetition penalty, which reads token ids and so takes the general path.
@@ -45,8 +45,8 @@ def main(argv=None) -> None:
     from transformers import LogitsProcessorList
     from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopPLogitsWarper
 
-    from hf_jetspec.bench import _environment
-    from hf_jetspec.sampled_drafting import full_vocab_logits, make_proposal
+    from hf_jetspec.tools.bench import _environment
+    from hf_jetspec.generation.sampled_drafting import full_vocab_logits, make_proposal
 
     torch.manual_seed(0)
     logits = torch.randn(args.rows, args.draft_vocab).to(torch.bfloat16) * 3

@@ -29,9 +29,9 @@ def main(argv=None) -> None:
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
 
-    from hf_jetspec.bench import _environment
-    from hf_jetspec.configuration_drafter import default_target_layer_ids
-    from hf_jetspec.targets import load_target
+    from hf_jetspec.tools.bench import _environment
+    from hf_jetspec.drafter.configuration_drafter import default_target_layer_ids
+    from hf_jetspec.tools.targets import load_target
     from hf_jetspec.training.regenerate import RegenerationConfig, generate_with_features, regeneration_prompts
 
     target, tokenizer = load_target(args.target, dtype=args.dtype)

@@ -92,8 +92,8 @@ def measure(args) -> dict:
     import torch
 
     from hf_jetspec import JetSpecDrafter, load_target
-    from hf_jetspec.data import load_eval_prompts
-    from hf_jetspec.drafting_config import DraftingConfig
+    from hf_jetspec.tools.data import load_eval_prompts
+    from hf_jetspec.drafter.drafting_config import DraftingConfig
     from hf_jetspec.foresight import ForesightAdapter, ForesightCalibration, ForesightDecoder, ForesightEngine, LayerSkipAdapter
 
     torch.manual_seed(0)
@@ -122,7 +122,7 @@ def measure(args) -> dict:
         maker = getattr(model, "new_cache", None)
         if maker is not None:
             return maker()
-        from hf_jetspec.drafter_cache import DrafterCache
+        from hf_jetspec.drafter.drafter_cache import DrafterCache
 
         return DrafterCache(model.config.num_hidden_layers)
 
@@ -290,7 +290,7 @@ def main() -> None:
                 print(f"repeat {r + 1}/{args.repeats} {label} {dtype}: {json.dumps(res)}", file=sys.stderr)
     import torch
 
-    from hf_jetspec.bench import _environment
+    from hf_jetspec.tools.bench import _environment
 
     result = {
         "command": "python benchmarks/round_cost.py " + " ".join(sys.argv[1:]),

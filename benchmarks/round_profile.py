@@ -2,7 +2,7 @@
 transformers' own plain greedy step at the same context.
 
     python benchmarks/round_profile.py --output benchmarks/results/round_profile_smollm2.json
-    # the same on an older checkout (which has no hf_jetspec.long_prompts): save the prompt text first
+    # the same on an older checkout (which has no hf_jetspec.tools.long_prompts): save the prompt text first
     python benchmarks/round_profile.py --save-document runs/long_document.txt
     PYTHONPATH=OLD_CHECKOUT/src python benchmarks/round_profile.py --document runs/long_document.txt --output ...
 
@@ -112,7 +112,7 @@ def timed(clock: RoundClock, component: str):
 def run_profiled(target, ids, generate_kwargs, steps: int, gate=None):
     """Generate ``steps`` tokens with a round clock in every function a round calls; returns
     ``(rounds, round sources, seconds after the prefill, tokens)``."""
-    import hf_jetspec.candidate_generator as cg
+    import hf_jetspec.generation.candidate_generator as cg
     import hf_jetspec.policy as policy
     from hf_jetspec.policy import DraftGate, NgramIndex
 
@@ -227,20 +227,20 @@ def main(argv=None) -> None:
     parser.add_argument("--configs", default="hf-plain,plain,ngram,drafter,jetspec")
     parser.add_argument("--context-window", type=int, default=None, help="drafting_config.context_window of every JetSpec config")
     parser.add_argument("--document", default=None, help="read the prompt text from this file (a checkout without "
-                        "hf_jetspec.long_prompts, for a before/after table)")
+                        "hf_jetspec.tools.long_prompts, for a before/after table)")
     parser.add_argument("--save-document", default=None, help="write the default prompt text to this file and stop")
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
 
-    from hf_jetspec.bench import _environment
+    from hf_jetspec.tools.bench import _environment
     if args.save_document:
-        from hf_jetspec.long_prompts import long_conversations
+        from hf_jetspec.tools.long_prompts import long_conversations
 
         Path(args.save_document).write_text(long_conversations()[1][1])
         return
     if not args.document:
-        from hf_jetspec.long_prompts import long_conversations
-    from hf_jetspec.targets import load_drafter_for, load_target
+        from hf_jetspec.tools.long_prompts import long_conversations
+    from hf_jetspec.tools.targets import load_drafter_for, load_target
 
     configs = args.configs.split(",")
     contexts = [int(c) for c in args.contexts.split(",")]

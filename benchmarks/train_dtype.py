@@ -17,7 +17,7 @@ import torch
 from transformers import TrainerCallback
 
 from hf_jetspec import JetSpecDrafter, load_target
-from hf_jetspec.targets import companion_drafter_path
+from hf_jetspec.tools.targets import companion_drafter_path
 from hf_jetspec.training import JetSpecTrainer, JetSpecTrainingArguments
 from hf_jetspec.training.corpus import CorpusCollator, load_training_corpus
 

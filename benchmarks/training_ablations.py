@@ -63,8 +63,8 @@ def main() -> None:
         cost[name] = time.time() - t0
 
     from hf_jetspec import JetSpecDrafter, load_target
-    from hf_jetspec.bench import acceptance_on_items, build_items
-    from hf_jetspec.data import load_eval_prompts
+    from hf_jetspec.tools.bench import acceptance_on_items, build_items
+    from hf_jetspec.tools.data import load_eval_prompts
 
     target, tok = load_target("smollm2-135m")
     items = build_items(tok, target, load_eval_prompts("gsm8k", limit=args.eval_limit, offset=args.eval_offset), args.max_new_tokens)

@@ -16,8 +16,8 @@ import json
 import statistics as st
 import time
 
-from hf_jetspec import tree_decoding as td
-from hf_jetspec.bench import BenchConfig, load_bench
+from hf_jetspec.generation import tree_decoding as td
+from hf_jetspec.tools.bench import BenchConfig, load_bench
 
 
 def main() -> None:

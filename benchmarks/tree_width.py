@@ -14,9 +14,9 @@ import json
 from pathlib import Path
 
 from hf_jetspec import load_target
-from hf_jetspec.bench import acceptance_on_items, build_items
-from hf_jetspec.data import load_eval_prompts
-from hf_jetspec.targets import load_drafter_for
+from hf_jetspec.tools.bench import acceptance_on_items, build_items
+from hf_jetspec.tools.data import load_eval_prompts
+from hf_jetspec.tools.targets import load_drafter_for
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 """What a verification forward of n tokens costs over a long cache, with transformers' SDPA path and
-with :mod:`hf_jetspec.gqa_attention` (grouped-query attention without copying the cache).
+with :mod:`hf_jetspec.generation.gqa_attention` (grouped-query attention without copying the cache).
 
     python benchmarks/verify_forward_cost.py --output benchmarks/results/verify_forward_cost_smollm2.json
 
@@ -32,9 +32,9 @@ def main(argv=None) -> None:
 
     from transformers import DynamicCache
 
-    from hf_jetspec.bench import _environment
-    from hf_jetspec.gqa_attention import masked_gqa
-    from hf_jetspec.targets import load_target
+    from hf_jetspec.tools.bench import _environment
+    from hf_jetspec.generation.gqa_attention import masked_gqa
+    from hf_jetspec.tools.targets import load_target
 
     sizes = [int(n) for n in args.sizes.split(",")]
     result = {"command": "python benchmarks/verify_forward_cost.py " + " ".join(argv or __import__("sys").argv[1:]),

@@ -103,8 +103,8 @@ def measured_table(paths: list[str]) -> str:
 def sharegpt_top_tokens(target_name: str, n: int) -> list[int]:
     from transformers import AutoTokenizer
 
-    from hf_jetspec.data import frequent_response_tokens
-    from hf_jetspec.targets import converted_folder, resolve_embedded
+    from hf_jetspec.tools.data import frequent_response_tokens
+    from hf_jetspec.tools.targets import converted_folder, resolve_embedded
 
     spec = resolve_embedded(target_name)
     tok = AutoTokenizer.from_pretrained(str(converted_folder(spec)) if spec else target_name)

@@ -14,7 +14,7 @@ import argparse
 
 from hf_jetspec import load_target
 from hf_jetspec.foresight import LayerSkipAdapter
-from hf_jetspec.targets import load_drafter_for
+from hf_jetspec.tools.targets import load_drafter_for
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ import torch
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_jetspec import JetSpecDrafter, load_target
-from hf_jetspec.data import frequent_response_tokens
+from hf_jetspec.tools.data import frequent_response_tokens
 from hf_jetspec.training import FeatureCacheCollator, FeatureCacheDataset, JetSpecTrainer, JetSpecTrainingArguments
 from hf_jetspec.training.feature_cache import frequent_cached_tokens
 from hf_jetspec.training.corpus import CorpusCollator, load_training_corpus

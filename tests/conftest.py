@@ -24,7 +24,7 @@ def fixed_costs(request, monkeypatch):
     if request.node.get_closest_marker("measured_costs") is not None:
         return
     import hf_jetspec.policy as policy
-    import hf_jetspec.tree_decoding as td
+    import hf_jetspec.generation.tree_decoding as td
     from hf_jetspec.policy import CostModel
 
     def profile(target, n):

@@ -7,7 +7,7 @@ import torch
 from helpers import verified_context
 
 from hf_jetspec import DraftingConfig, JetSpecDrafter
-from hf_jetspec.drafter_cache import DrafterCache, gather_pending, trim_pending
+from hf_jetspec.drafter.drafter_cache import DrafterCache, gather_pending, trim_pending
 
 
 def _pending(*lengths, start=0):

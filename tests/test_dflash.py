@@ -15,7 +15,7 @@ from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging
 
 from hf_jetspec import JetSpecDrafter
-from hf_jetspec.dflash import (
+from hf_jetspec.interop.dflash import (
     checkpoint_format,
     dflash_layout_errors,
     dflash_to_jetspec,
@@ -24,8 +24,8 @@ from hf_jetspec.dflash import (
     muse_glimmer_assistant,
     muse_glimmer_to_jetspec,
 )
-from hf_jetspec.masks import sliding_window_mask
-from hf_jetspec.target_info import target_signature
+from hf_jetspec.drafter.masks import sliding_window_mask
+from hf_jetspec.drafter.target_info import target_signature
 
 MASK_ID = 3
 DFLASH_LAYOUT = dict(
@@ -199,7 +199,7 @@ def test_from_pretrained_converts_dflash_and_muse_glimmer_folders_and_says_so(ta
     folders = {"DFlash": _save_dflash_folder(drafter, tmp_path / "dflash")}
     muse_glimmer_assistant(drafter).save_pretrained(tmp_path / "mg")
     folders["muse_glimmer"] = tmp_path / "mg"
-    logger = logging.get_logger("hf_jetspec.modeling_drafter")
+    logger = logging.get_logger("hf_jetspec.drafter.modeling_drafter")
     for fmt, folder in folders.items():
         with CaptureLogger(logger) as captured:
             loaded = JetSpecDrafter.from_pretrained(folder, num_jacobi_passes=2)
@@ -251,8 +251,8 @@ def test_transformers_dflash_path_runs_the_converted_weights_exactly(target):
 def test_bench_runs_hf_dflash_beside_jetspec_on_the_same_weights(tmp_path):
     """hf-dflash and jetspec J0 (policy off, budget = block_size - 1) draft with the same arithmetic:
     same drafts, so the same acceptance; both exact in fp32."""
-    from hf_jetspec.bench import BenchConfig, markdown_table, run_bench
-    from hf_jetspec.targets import load_target
+    from hf_jetspec.tools.bench import BenchConfig, markdown_table, run_bench
+    from hf_jetspec.tools.targets import load_target
 
     target, _ = load_target("smollm2-135m", dtype="float32")
     torch.manual_seed(0)
@@ -270,10 +270,10 @@ def test_bench_runs_hf_dflash_beside_jetspec_on_the_same_weights(tmp_path):
 
 
 def test_bench_hf_dflash_names_what_a_jetspec_layout_drafter_lacks(tmp_path, target, monkeypatch):
-    from hf_jetspec import bench
+    from hf_jetspec.tools import bench
 
-    monkeypatch.setattr("hf_jetspec.targets.load_target", lambda *a, **k: (target, None))
-    monkeypatch.setattr("hf_jetspec.data.load_eval_prompts", lambda *a, **k: [])
+    monkeypatch.setattr("hf_jetspec.tools.targets.load_target", lambda *a, **k: (target, None))
+    monkeypatch.setattr("hf_jetspec.tools.data.load_eval_prompts", lambda *a, **k: [])
     monkeypatch.setattr(bench, "build_items", lambda *a, **k: [])
     JetSpecDrafter.for_target(target).save_pretrained(tmp_path / "jetspec-layout")
     with pytest.raises(ValueError, match="row_predicts"):
@@ -281,7 +281,7 @@ def test_bench_hf_dflash_names_what_a_jetspec_layout_drafter_lacks(tmp_path, tar
 
 
 def test_markdown_table_reports_a_method_that_could_not_run():
-    from hf_jetspec.bench import markdown_table
+    from hf_jetspec.tools.bench import markdown_table
 
     table = markdown_table({"methods": {"hf-dflash": {"unavailable": "transformers' DFlash generation failed on this target: X"}}})
     assert "| hf-dflash | not run: transformers' DFlash generation failed on this target: X |" in table

@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModel
 
 from hf_jetspec import DraftingConfig, JetSpecDrafter, JetSpecDrafterConfig
-from hf_jetspec.modeling_drafter import mlp_neuron_ranking
+from hf_jetspec.drafter.modeling_drafter import mlp_neuron_ranking
 from helpers import tiny_llama, tiny_qwen2
 
 
@@ -195,7 +195,7 @@ def test_init_layers_from_target_with_a_narrower_mlp():
 
 def test_training_forward_matches_incremental_drafting(trained_llama):
     """The packed training view and the cached inference view compute the same drafts."""
-    from hf_jetspec.drafter_cache import DrafterCache
+    from hf_jetspec.drafter.drafter_cache import DrafterCache
 
     target, drafter, prompts = trained_llama
     seq = target.generate(prompts[:1], do_sample=False, max_new_tokens=20)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hf_jetspec import JetSpecDrafter
-from hf_jetspec.dtypes import describe_capability, native_bf16_flags, resolve_dtype
+from hf_jetspec.tools.dtypes import describe_capability, native_bf16_flags, resolve_dtype
 from helpers import tiny_llama
 
 CPUINFO_EPYC = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n"
@@ -32,7 +32,7 @@ def test_resolve_dtype_names_and_errors():
 
 
 def test_auto_follows_the_hardware(monkeypatch):
-    import hf_jetspec.dtypes as d
+    import hf_jetspec.tools.dtypes as d
 
     monkeypatch.setattr(d, "cpu_bf16_flags", lambda: ("avx512_bf16",))
     assert resolve_dtype("auto") is torch.bfloat16

@@ -9,12 +9,12 @@ import pytest
 import torch
 from helpers import verified_context
 
-from hf_jetspec.drafter_cache import BlockAttention, DrafterCache
+from hf_jetspec.drafter.drafter_cache import BlockAttention, DrafterCache
 from hf_jetspec.foresight.calibration import ForesightCalibration, anchor_candidates, decoder_position_stats
 from hf_jetspec.foresight.outcomes import TopRows, outcome_scores, rank_outcomes, select_top_outcomes, top_outcomes
-from hf_jetspec.layers import RMSNorm, RotaryTable, rotary_cos_sin
-from hf_jetspec.numerics import log_normaliser
-from hf_jetspec.masks import context_block_mask, prefix_block_mask
+from hf_jetspec.drafter.layers import RMSNorm, RotaryTable, rotary_cos_sin
+from hf_jetspec.tools.numerics import log_normaliser
+from hf_jetspec.drafter.masks import context_block_mask, prefix_block_mask
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -242,9 +242,9 @@ def test_no_import_cycle_through_drafter_and_foresight():
     foresight = [m for m in graph if m.startswith("hf_jetspec.foresight.")]
     assert foresight
     for module in foresight:
-        assert "hf_jetspec.modeling_drafter" not in reach(module), module
-    assert not any(m.startswith("hf_jetspec.foresight") for m in reach("hf_jetspec.modeling_drafter"))
-    assert "hf_jetspec.target_info" in reach("hf_jetspec.modeling_drafter")
+        assert "hf_jetspec.drafter.modeling_drafter" not in reach(module), module
+    assert not any(m.startswith("hf_jetspec.foresight") for m in reach("hf_jetspec.drafter.modeling_drafter"))
+    assert "hf_jetspec.drafter.target_info" in reach("hf_jetspec.drafter.modeling_drafter")
 
 
 def _direct_imports(module: str) -> set[str]:

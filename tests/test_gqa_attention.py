@@ -1,4 +1,4 @@
-"""Verification forwards through :mod:`hf_jetspec.gqa_attention`: the same logits as transformers'
+"""Verification forwards through :mod:`hf_jetspec.generation.gqa_attention`: the same logits as transformers'
 SDPA path, the target's setting switched only for the duration of a JetSpec call."""
 
 import pytest
@@ -7,7 +7,7 @@ from helpers import tiny_llama
 from transformers import DynamicCache
 
 from hf_jetspec import JetSpecDrafter
-from hf_jetspec.gqa_attention import ATTENTION_NAME, masked_gqa
+from hf_jetspec.generation.gqa_attention import ATTENTION_NAME, masked_gqa
 
 
 def _cached_forward(target, prefix, block):

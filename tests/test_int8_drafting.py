@@ -7,7 +7,7 @@ from torch import nn
 
 from helpers import verified_context
 from hf_jetspec import DraftingConfig, JetSpecDrafter
-from hf_jetspec.int8_drafting import (
+from hf_jetspec.drafter.int8_drafting import (
     check_int8_device,
     int8_linear,
     is_quantized,

@@ -23,7 +23,7 @@ def test_metrics_load_offline_and_compute():
 
 @pytest.mark.slow
 def test_bench_schema(tmp_path):
-    from hf_jetspec.bench import BenchConfig, markdown_table, run_bench
+    from hf_jetspec.tools.bench import BenchConfig, markdown_table, run_bench
 
     out = tmp_path / "r.json"
     cfg = BenchConfig(prompts="mt-bench", limit=1, max_new_tokens=8, methods=("ar", "prompt-lookup", "jetspec"), warmup_tokens=4, output=str(out),
@@ -53,7 +53,7 @@ def test_bench_schema(tmp_path):
 def test_bench_baseline_drafter_runs_beside_jetspec(tmp_path):
     """``jetspec-baseline`` generates with the second drafter (its own statistics), in the same run."""
     from hf_jetspec import JetSpecDrafter, load_target
-    from hf_jetspec.bench import BenchConfig, run_bench
+    from hf_jetspec.tools.bench import BenchConfig, run_bench
 
     target, _ = load_target("smollm2-135m", dtype="float32")
     JetSpecDrafter.for_target(target).save_pretrained(tmp_path / "untrained")
@@ -76,7 +76,7 @@ def test_bench_baseline_drafter_runs_beside_jetspec(tmp_path):
 def test_bench_int8_variant_compiles_in_warmup_and_stays_exact():
     """``jetspec-int8`` drafts through the compiled step in int8; its graphs compile in the warm-up, not
     in the timed runs, and its output is the target's."""
-    from hf_jetspec.bench import BenchConfig, run_bench
+    from hf_jetspec.tools.bench import BenchConfig, run_bench
 
     cfg = BenchConfig(prompts="gsm8k", limit=1, max_new_tokens=16, methods=("ar", "jetspec", "jetspec-int8"), warmup_tokens=4,
                       dtype="float32", policy=False)
@@ -91,7 +91,7 @@ def test_bench_int8_variant_compiles_in_warmup_and_stays_exact():
 @pytest.mark.slow
 def test_bench_bf16_scores_divergences():
     """`bench --dtype bfloat16` writes the tie margin, the divergences and the tie-explained share per method."""
-    from hf_jetspec.bench import BenchConfig, run_bench
+    from hf_jetspec.tools.bench import BenchConfig, run_bench
 
     cfg = BenchConfig(prompts="gsm8k", limit=1, max_new_tokens=12, methods=("ar", "jetspec", "jetspec-fixed"), warmup_tokens=4,
                       dtype="bfloat16", tie_margin_items=1)
@@ -110,7 +110,7 @@ def test_bench_bf16_scores_divergences():
 @pytest.mark.slow
 def test_bench_with_shipped_foresight_adapter():
     """`bench --foresight --cache-size 4 --context-refreshes 1` with the adapter shipped for SmolLM2."""
-    from hf_jetspec.bench import BenchConfig, run_bench
+    from hf_jetspec.tools.bench import BenchConfig, run_bench
 
     cfg = BenchConfig(prompts="gsm8k", limit=1, max_new_tokens=24, methods=("ar", "jetspec"), warmup_tokens=4, dtype="float32",
                       foresight=True, cache_size=4, context_refreshes=1, jacobi_passes=1)
@@ -122,7 +122,7 @@ def test_bench_with_shipped_foresight_adapter():
 
 
 def test_acceptance_on_items_restores_options(trained_llama):
-    from hf_jetspec.bench import acceptance_on_items
+    from hf_jetspec.tools.bench import acceptance_on_items
 
     target, drafter, prompts = trained_llama
     before = drafter.drafting_config
@@ -135,8 +135,8 @@ def test_acceptance_on_items_restores_options(trained_llama):
 
 
 def test_bench_items_past_the_target_context_are_refused(llama_target):
-    from hf_jetspec.bench import build_items
-    from hf_jetspec.data import EvalPrompt
+    from hf_jetspec.tools.bench import build_items
+    from hf_jetspec.tools.data import EvalPrompt
 
     class WordTokenizer:  # one token per word, no chat template
         chat_template = None

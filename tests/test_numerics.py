@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hf_jetspec import JetSpecDrafter
-from hf_jetspec.numerics import (
+from hf_jetspec.tools.numerics import (
     Divergence,
     first_divergence,
     logit_noise,
@@ -62,7 +62,7 @@ def test_bf16_speculative_output_is_argmax_or_tie_and_corruption_is_caught():
 
 
 def test_upcast_head_gives_fp32_logits_and_keeps_generation_working():
-    from hf_jetspec.numerics import upcast_head
+    from hf_jetspec.tools.numerics import upcast_head
 
     target = tiny_llama(seed=5).to(torch.bfloat16)
     ids = torch.randint(0, 128, (1, 10))

@@ -3,11 +3,11 @@
 import torch
 
 from hf_jetspec import default_target_layer_ids
-from hf_jetspec.configuration_drafter import rope_theta_of
-from hf_jetspec.jacobi import initial_block_inputs, jacobi_refine, refined_block_inputs, sample_noise_tokens
-from hf_jetspec.masks import block_attention_mask, context_visibility
-from hf_jetspec.stopping import first_stop_length, truncate_generate_output
-from hf_jetspec.stats import GenerationStats, accept_length_histogram
+from hf_jetspec.drafter.configuration_drafter import rope_theta_of
+from hf_jetspec.drafter.jacobi import initial_block_inputs, jacobi_refine, refined_block_inputs, sample_noise_tokens
+from hf_jetspec.drafter.masks import block_attention_mask, context_visibility
+from hf_jetspec.generation.stopping import first_stop_length, truncate_generate_output
+from hf_jetspec.generation.stats import GenerationStats, accept_length_histogram
 from reference_verify import exact_match_verify, greedy_accept_length, point_mass_accept_probability, rejection_accept_probability
 
 
@@ -137,7 +137,7 @@ def test_first_stop_length_ignores_wall_clock_limits():
 
 
 def test_position_acceptance_by_hand():
-    from hf_jetspec.stats import GenerationStats, position_acceptance
+    from hf_jetspec.generation.stats import GenerationStats, position_acceptance
 
     # (drafted, accepted): position 1 is reached by all 4 rounds and accepted in 3; position 2 by the
     # 2 rounds that drafted it and accepted position 1 (both accept it); position 3 by one round, rejected

@@ -16,3 +16,25 @@ def test_tracked_tree_is_under_48_mb():
         pytest.skip("not a git checkout")
     total = sum((ROOT / f.decode()).stat().st_size for f in files if f and (ROOT / f.decode()).is_file())
     assert total < BUDGET_BYTES, f"tracked tree is {total / 1e6:.1f} MB; the budget is {BUDGET_BYTES / 1e6:.0f} MB"
+
+
+def test_readme_module_tables_point_to_existing_files():
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## What is in the package"):text.index("### How a round works")]
+    paths = [p for cell in re.findall(r"^\| (`[^|]+`) \|", section, flags=re.M) for p in re.findall(r"`([^`]+)`", cell) if p != "module"]
+    assert len(paths) > 30
+    missing = [p for p in paths if not (ROOT / "src" / "hf_jetspec" / p).exists()]
+    assert not missing, f"README module table names files that do not exist: {missing}"
+    listed = {p.rstrip("/").split("/")[0] for p in paths}
+    packages = {d.name for d in (ROOT / "src" / "hf_jetspec").iterdir() if d.is_dir() and (d / "__init__.py").exists()}
+    assert packages <= listed, f"subpackages missing from the README table: {packages - listed}"
+
+
+def test_public_api_is_pinned():
+    import hf_jetspec
+
+    assert sorted(hf_jetspec.__all__) == ["DraftingConfig", "GenerationStats", "JetSpecDrafter", "JetSpecDrafterConfig",
+                                          "default_target_layer_ids", "load_target", "seam"]
+    assert all(getattr(hf_jetspec, name) is not None for name in hf_jetspec.__all__)

@@ -8,7 +8,7 @@ from scipy.stats import chisquare
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-import hf_jetspec.candidate_generator as cg
+import hf_jetspec.generation.candidate_generator as cg
 from hf_jetspec import JetSpecDrafter
 
 VOCAB = 4

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_jetspec.targets import EMBEDDED_TARGETS, MissingEmbeddedPackageError, companion_drafter_path, load_drafter_for, load_target
+from hf_jetspec.tools.targets import EMBEDDED_TARGETS, MissingEmbeddedPackageError, companion_drafter_path, load_drafter_for, load_target
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = [t.name for t in EMBEDDED_TARGETS.values() if t.companion_drafter]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hf_jetspec import load_target
-from hf_jetspec.targets import EMBEDDED_TARGETS, EmbeddedTarget, MissingEmbeddedPackageError, locate_gguf, resolve_embedded
+from hf_jetspec.tools.targets import EMBEDDED_TARGETS, EmbeddedTarget, MissingEmbeddedPackageError, locate_gguf, resolve_embedded
 
 
 def test_names_and_aliases():

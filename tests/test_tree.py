@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from hf_jetspec.tree import (
+from hf_jetspec.generation.tree import (
     DraftTree,
     accept_greedy,
     accept_multidraft,
@@ -231,7 +231,7 @@ def test_multidraft_acceptance_by_hand():
     # with p/q = 0.4; after a rejection the residual is norm(max(p - q, 0)) = [0, 1], so the repeat
     # is never accepted and the bonus is token 1.
     tree = DraftTree(torch.tensor([0]), torch.tensor([-1]), torch.tensor([1]))
-    from hf_jetspec.tree import SampledTree
+    from hf_jetspec.generation.tree import SampledTree
 
     sampled = SampledTree(tree, [[(0, 0, 0), (0, 0, -1)], []], [0])
     p = torch.tensor([[0.2, 0.8], [0.5, 0.5]])

@@ -13,7 +13,7 @@ from test_sampling_exactness import NEW, PROMPT, chi2_pvalue, empirical, exact_j
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
-import hf_jetspec.tree_decoding as td
+import hf_jetspec.generation.tree_decoding as td
 from hf_jetspec import DraftingConfig, JetSpecDrafter
 
 SHAPES = ["auto", [3, 2, 1, 1], [1, 1, 1, 1, 1, 1, 1]]
@@ -37,7 +37,7 @@ def greedy_pair(target, drafter, prompt, **kwargs):
 def test_cache_compaction_keeps_the_accepted_rows_in_order(rows):
     from transformers import DynamicCache
 
-    from hf_jetspec.testing import tiny_llama
+    from hf_jetspec.tools.testing import tiny_llama
 
     cache = DynamicCache(config=tiny_llama().config)
     gen = torch.Generator().manual_seed(0)
@@ -253,7 +253,7 @@ def test_sampled_tree_rounds_match_the_exact_law(vocab4_target, policy, kwargs):
 
 
 def test_a_multidraft_verifier_without_the_residual_is_detected(vocab4_target, monkeypatch):
-    import hf_jetspec.tree as tree_mod
+    import hf_jetspec.generation.tree as tree_mod
 
     monkeypatch.setattr(tree_mod, "_residual", lambda p, token, q: p)  # keeps verifying against p after a rejection
     drafter = _tree_drafter(vocab4_target)
@@ -269,7 +269,7 @@ def test_the_vocab4_law_covers_the_committed_length():
 
 @pytest.mark.slow
 def test_real_smollm2_tree_rounds_with_the_shipped_drafter_are_exact(smollm2):
-    from hf_jetspec.targets import load_drafter_for
+    from hf_jetspec.tools.targets import load_drafter_for
 
     model, tok = smollm2
     drafter, _ = load_drafter_for(model, "smollm2-135m", None)

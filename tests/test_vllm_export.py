@@ -18,7 +18,7 @@ from helpers import tiny_llama
 from safetensors.torch import load_file
 
 from hf_jetspec import JetSpecDrafter
-from hf_jetspec.dflash import dflash_to_jetspec
+from hf_jetspec.interop.dflash import dflash_to_jetspec
 from hf_jetspec.interop.vllm import (
     EXPORT_MANIFEST,
     VllmServer,
@@ -155,7 +155,7 @@ def test_export_does_not_overwrite_a_foreign_folder(target, tmp_path):
 
 
 def test_cli_export_reports_refusals_as_errors(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "hf_jetspec.cli", "export-vllm", "--drafter", str(REPO / "hub_cards" / "jetspec-smollm2-135m"),
+    proc = subprocess.run([sys.executable, "-m", "hf_jetspec.tools.cli", "export-vllm", "--drafter", str(REPO / "hub_cards" / "jetspec-smollm2-135m"),
                            "--output", str(tmp_path / "out")], capture_output=True, text=True)
     assert proc.returncode == 2 and "cannot be served by vLLM" in proc.stderr and "--dflash-layout MASK_TOKEN_ID" in proc.stderr
 

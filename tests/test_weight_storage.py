@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hf_jetspec import JetSpecDrafter
-from hf_jetspec.weight_storage import SCALE_SUFFIX, dequantize_rows, pack_int8, quantize_rows, unpack_int8
+from hf_jetspec.drafter.weight_storage import SCALE_SUFFIX, dequantize_rows, pack_int8, quantize_rows, unpack_int8
 
 
 def test_quantize_rows_by_hand():

@@ -2,12 +2,12 @@
 
 from transformers import AutoConfig, AutoModel
 
-from . import seam
-from .configuration_drafter import JetSpecDrafterConfig, default_target_layer_ids
-from .drafting_config import DraftingConfig
-from .modeling_drafter import JetSpecDrafter
-from .stats import GenerationStats
-from .targets import load_target
+from .generation import seam
+from .drafter.configuration_drafter import JetSpecDrafterConfig, default_target_layer_ids
+from .drafter.drafting_config import DraftingConfig
+from .drafter.modeling_drafter import JetSpecDrafter
+from .generation.stats import GenerationStats
+from .tools.targets import load_target
 
 __version__ = "0.1.0"
 

@@ -203,7 +203,7 @@ class JetSpecDrafterConfig(PretrainedConfig):
 
     def adopt_target_fields(self, signature: dict) -> list[str]:
         """Fill the unset ``target_*`` fields from a target's ``signature`` (see
-        :func:`~hf_jetspec.target_info.target_signature`), then validate; returns the fields filled."""
+        :func:`~hf_jetspec.drafter.target_info.target_signature`), then validate; returns the fields filled."""
         filled = self.unset_target_fields()
         for key in filled:
             setattr(self, key, signature[key])

@@ -58,14 +58,14 @@ class DraftingConfig:
             ``generation_stats.acceptance_records`` (for ``hf-jetspec calibrate-policy``); the
             drafter then drafts and verifies a full block every round.
         compile: draft single blocks through a ``torch.compile``d step with static shapes
-            (:mod:`hf_jetspec.compiled_step`); the first round of each block length compiles.
+            (:mod:`hf_jetspec.drafter.compiled_step`); the first round of each block length compiles.
             Off by default: see ``benchmarks/round_cost.py`` (``@compile`` trees) for what it costs and saves.
         int8: multiply the drafter's layer matrices and draft head in int8 (CPU only,
-            :mod:`hf_jetspec.int8_drafting`): per-channel weights, activations quantised per row at
+            :mod:`hf_jetspec.drafter.int8_drafting`): per-channel weights, activations quantised per row at
             every call. Drafts may differ slightly from floating-point drafting; the output does not
             (verification is exact). It pays with ``compile`` (the quantisation fuses there); eagerly
             it costs about what it saves. See benchmarks/README.md for the measurements.
-        tree: verify a token tree instead of a chain (:mod:`hf_jetspec.tree_decoding`): None (off,
+        tree: verify a token tree instead of a chain (:mod:`hf_jetspec.generation.tree_decoding`): None (off,
             chains), ``"auto"`` (the ``budget - 1`` nodes of highest cumulative draft probability,
             EAGLE-2 style) or a list of widths per depth (the top-1 chain with ``w - 1`` alternative
             siblings at each depth; ``sum(widths) <= budget - 1`` nodes). Tree rounds run their own
@@ -95,7 +95,7 @@ class DraftingConfig:
             drafter's own distribution ``q`` (the final Jacobi pass, shaped by the target's logits
             processors) and verify with ``min(1, p/q)`` and the residual; tree rounds draw each
             node's children from ``q`` and verify them by multi-draft rejection
-            (:mod:`hf_jetspec.sampled_drafting`). False: argmax drafts and top-k trees, point masses
+            (:mod:`hf_jetspec.generation.sampled_drafting`). False: argmax drafts and top-k trees, point masses
             verified by exact match. Both are exact; greedy decoding is unaffected.
         proposal_sharpness: under sampling with ``sampled_drafts``, the drafter's logits are
             multiplied by this before the target's processors shape them into ``q`` (1: the

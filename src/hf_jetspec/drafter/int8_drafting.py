@@ -1,6 +1,6 @@
 """int8 drafting: the drafter's layer matrices and draft head multiplied in int8 on the CPU.
 
-Weights are quantised per output channel, exactly as :mod:`hf_jetspec.weight_storage` stores them
+Weights are quantised per output channel, exactly as :mod:`hf_jetspec.drafter.weight_storage` stores them
 (``w[r, c] ~= q[r, c] * s_w[r]``), so a folder saved with int8 storage drafts from its own stored
 integers. Activations are quantised per row at every call (dynamic quantisation: ``x[i, c] ~= a[i, c]
 * s_x[i]``, ``s_x[i] = max_c |x[i, c]| / 127``), the product ``a @ q.T`` runs in int8 with int32

@@ -121,7 +121,7 @@ class Attention(nn.Module):
 
         ``prefix_kv`` is a ``(keys, values)`` pair placed before the block's own, or a function
         ``(k, v) -> (keys, values)`` that returns the full keys/values (a cache writing the block
-        rows in place, see :class:`~hf_jetspec.drafter_cache.BlockAttention`). ``mask`` is boolean,
+        rows in place, see :class:`~hf_jetspec.drafter.drafter_cache.BlockAttention`). ``mask`` is boolean,
         broadcastable to [B, 1, T, P + T] (True = may attend), or None (attend to everything).
         """
         return attention_forward(self, x, cos, sin, mask, prefix_kv, self.num_heads, self.num_kv_heads, self.head_dim)

@@ -13,14 +13,14 @@ from transformers import PreTrainedModel
 from transformers.utils import ModelOutput, logging
 
 from .configuration_drafter import JetSpecDrafterConfig
-from .dflash import checkpoint_format
+from ..interop.dflash import checkpoint_format
 from .drafter_cache import BlockAttention, DrafterCache
 from .drafting_config import DRAFTING_CONFIG_NAME, DraftingConfig
 from .int8_drafting import Int8Head, check_int8_device, int8_linear, is_quantized, quantize_linear, restore_linear
-from .kernels import head_summary, summarise_logits
+from ..kernels import head_summary, summarise_logits
 from .layers import DecoderLayer, RMSNorm, RotaryTable
 from .masks import block_attention_mask, context_visibility, sliding_window_mask
-from .stats import GenerationStats
+from ..generation.stats import GenerationStats
 from .target_info import check_target_matches, target_decoder_layers, target_shape_fields, target_signature
 from .weight_storage import INT8_STORAGE
 
@@ -146,7 +146,7 @@ class JetSpecDrafter(PreTrainedModel):
         or as keyword arguments named like its fields (``num_jacobi_passes=2, budget=32``).
 
         A DFlash release checkpoint or a transformers ``MuseGlimmerAssistantModel`` folder is recognised
-        by its ``config.json`` and converted on load (:mod:`hf_jetspec.dflash`); ``target=`` then
+        by its ``config.json`` and converted on load (:mod:`hf_jetspec.interop.dflash`); ``target=`` then
         fills in the target fields those formats do not record (otherwise the drafter adopts the
         first target it is attached to), and ``dtype=`` picks the weights' dtype (default: as stored)."""
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in DraftingConfig.field_names()}
@@ -181,7 +181,7 @@ class JetSpecDrafter(PreTrainedModel):
 
     def save_pretrained(self, save_directory, *args, weight_storage: str | None = None, **kwargs):
         """Save a Hub-ready folder. ``weight_storage="int8"`` stores the large matrices as int8 with
-        per-channel scales (:mod:`hf_jetspec.weight_storage`, about half the size of float16);
+        per-channel scales (:mod:`hf_jetspec.drafter.weight_storage`, about half the size of float16);
         ``from_pretrained`` dequantises them."""
         if weight_storage not in (None, INT8_STORAGE):
             raise ValueError(f"weight_storage must be None or {INT8_STORAGE!r}, got {weight_storage!r}")
@@ -279,14 +279,14 @@ class JetSpecDrafter(PreTrainedModel):
         file; by default the one loaded with the adapter. The adapter is referenced, not saved with
         the drafter."""
         if isinstance(adapter, (str, os.PathLike)):
-            from .foresight import load_foresight
+            from ..foresight import load_foresight
 
             adapter = load_foresight(adapter, dtype=self.dtype, device=self.device)
         if hasattr(adapter, "adapter") and hasattr(adapter, "calibration"):  # a LoadedForesight
             adapter, calibration = adapter.adapter, calibration if calibration is not None else adapter.calibration
         adapter.check_drafter(self)
         if isinstance(calibration, (str, os.PathLike)):
-            from .foresight import ForesightCalibration
+            from ..foresight import ForesightCalibration
 
             calibration = ForesightCalibration.load(calibration)
         self.__dict__["_foresight"] = (adapter.eval(), calibration)
@@ -296,7 +296,7 @@ class JetSpecDrafter(PreTrainedModel):
         """The round policy's :class:`~hf_jetspec.policy.AcceptanceModel` (calibrated if the drafter's
         folder has ``acceptance_calibration.json``; raw probabilities otherwise)."""
         if self.__dict__["_acceptance"] is None:
-            from .policy import AcceptanceModel
+            from ..policy import AcceptanceModel
 
             self.__dict__["_acceptance"] = AcceptanceModel()
         return self.__dict__["_acceptance"]
@@ -326,7 +326,7 @@ class JetSpecDrafter(PreTrainedModel):
         """Earlier sequences generated with this drafter in this process and the running acceptance of
         n-gram proposals (:class:`~hf_jetspec.policy.OutputMemory`); ``.clear()`` forgets them."""
         if self.__dict__["_output_memory"] is None:
-            from .policy import OutputMemory
+            from ..policy import OutputMemory
 
             self.__dict__["_output_memory"] = OutputMemory()
         return self.__dict__["_output_memory"]
@@ -399,7 +399,7 @@ class JetSpecDrafter(PreTrainedModel):
 
     def compile_drafting(self, enabled: bool = True) -> None:
         """Draft single blocks through a ``torch.compile``d step with static shapes
-        (:mod:`hf_jetspec.compiled_step`); each block length and cache capacity compiles once.
+        (:mod:`hf_jetspec.drafter.compiled_step`); each block length and cache capacity compiles once.
         ``enabled=False`` drafts eagerly again (the compiled graphs are kept for a later switch back)."""
         from .compiled_step import CompiledDraftStep
 
@@ -409,7 +409,7 @@ class JetSpecDrafter(PreTrainedModel):
 
     def set_int8_drafting(self, enabled: bool = True) -> None:
         """Multiply the decoder layers' matrices and the draft head in int8 while drafting (CPU only;
-        :mod:`hf_jetspec.int8_drafting`). The weights are quantised once, at the first switch on, from
+        :mod:`hf_jetspec.drafter.int8_drafting`). The weights are quantised once, at the first switch on, from
         their values then; parameters and state dict stay floating point. ``enabled=False`` restores
         floating-point drafting (switch off and on again to re-quantise after changing the weights).
         ``generate`` sets it from ``drafting_config.int8`` at every call."""
@@ -639,8 +639,8 @@ def _load_drafting_config(name_or_path, kwargs) -> DraftingConfig:
 
 
 def _load_acceptance_model(name_or_path, kwargs, sampled: bool = False):
-    from .policy import ACCEPTANCE_CALIBRATION_NAME, AcceptanceModel
-    from .policy.acceptance import SAMPLED_ACCEPTANCE_CALIBRATION_NAME
+    from ..policy import ACCEPTANCE_CALIBRATION_NAME, AcceptanceModel
+    from ..policy.acceptance import SAMPLED_ACCEPTANCE_CALIBRATION_NAME
 
     path = _companion_file(name_or_path, SAMPLED_ACCEPTANCE_CALIBRATION_NAME if sampled else ACCEPTANCE_CALIBRATION_NAME, kwargs)
     if sampled:
@@ -650,7 +650,7 @@ def _load_acceptance_model(name_or_path, kwargs, sampled: bool = False):
 
 def _stored_config(name_or_path, kwargs) -> dict:
     """The folder's ``config.json`` as a dict ({} when absent): it tells our own format, int8 storage
-    and DFlash / MuseGlimmerAssistant checkpoints (:func:`~hf_jetspec.dflash.checkpoint_format`) apart."""
+    and DFlash / MuseGlimmerAssistant checkpoints (:func:`~hf_jetspec.interop.dflash.checkpoint_format`) apart."""
     import json
 
     path = _companion_file(name_or_path, "config.json", kwargs)
@@ -732,12 +732,12 @@ def _foreign_state_dict(name_or_path, kwargs) -> dict:
 
 
 def _from_foreign(cls, name_or_path, config: dict, kwargs) -> "JetSpecDrafter":
-    from .dflash import convert_to_jetspec
+    from ..interop.dflash import convert_to_jetspec
 
     target = kwargs.pop("target", None)
     fields = None if target is None else {k: v for k, v in target_signature(target).items() if k != "target_hidden_size"}
     state, drafter_config, fmt = convert_to_jetspec(_foreign_state_dict(name_or_path, kwargs), config, fields)
-    logger.warning_once(f"JetSpecDrafter: converting the {fmt} checkpoint {str(name_or_path)!r} on load (hf_jetspec.dflash)")
+    logger.warning_once(f"JetSpecDrafter: converting the {fmt} checkpoint {str(name_or_path)!r} on load (hf_jetspec.interop.dflash)")
     dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
     if dtype in (None, "auto"):
         dtype = next(v.dtype for v in state.values() if v.is_floating_point())

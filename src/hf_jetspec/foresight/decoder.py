@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from ..drafter_cache import DrafterCache
-from ..target_info import target_backbone, target_decoder_layers
+from ..drafter.drafter_cache import DrafterCache
+from ..drafter.target_info import target_backbone, target_decoder_layers
 from .target_layers import SUPPORTED_TYPES, TargetLayerChain
 
 __all__ = ["ForesightDecoder", "SUPPORTED_TYPES"]

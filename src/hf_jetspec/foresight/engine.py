@@ -4,7 +4,7 @@ Everything here only changes *proposals*. Every committed token still goes throu
 verification in ``generate``, so the output does not depend on anything computed here (seed 000,
 Appendix F.3).
 
-Block layout (shared with :mod:`hf_jetspec.jacobi`): a block is its anchor ``t_0`` at position
+Block layout (shared with :mod:`hf_jetspec.drafter.jacobi`): a block is its anchor ``t_0`` at position
 ``start`` followed by ``gamma`` draft tokens. A drafter pass reads inputs ``[t_f, .., t_{gamma-1}]``
 from the *pass anchor* ``t_f`` and rewrites ``t_{f+1} .. t_gamma``; rows of predicted target states
 (:class:`PredictedRows`) for positions before the pass anchor that the target has not verified
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..drafter_cache import DrafterCache
+from ..drafter.drafter_cache import DrafterCache
 from .cache import CachedBlock, SpeculationCache
 from .calibration import ForesightCalibration, decoder_position_stats, position_features
 from .outcomes import TopRows, top_outcomes

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ..drafter_cache import DrafterCache
+from ..drafter.drafter_cache import DrafterCache
 from .target_layers import TargetLayerChain
 
 CONFIG_NAME = "layer_skip_adapter.json"

@@ -8,10 +8,10 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from ..drafter_cache import BlockAttention, DrafterCache
-from ..layers import DecoderLayer, RotaryTable
-from ..masks import block_attention_mask, context_visibility
-from ..target_info import check_target_matches, target_decoder_layers, target_shape_fields
+from ..drafter.drafter_cache import BlockAttention, DrafterCache
+from ..drafter.layers import DecoderLayer, RotaryTable
+from ..drafter.masks import block_attention_mask, context_visibility
+from ..drafter.target_info import check_target_matches, target_decoder_layers, target_shape_fields
 from .configuration_adapter import ForesightAdapterConfig
 
 ExtraContext = tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]

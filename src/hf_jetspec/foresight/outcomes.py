@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..numerics import log_normaliser
+from ..tools.numerics import log_normaliser
 
 
 def draft_token_probs(bonus_probs: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:

@@ -12,9 +12,9 @@ from functools import partial
 
 import torch
 
-from ..drafter_cache import BlockAttention, DrafterCache
-from ..layers import foreign_layer_forward, project_kv
-from ..target_info import attention_shape, target_backbone, target_decoder_layers
+from ..drafter.drafter_cache import BlockAttention, DrafterCache
+from ..drafter.layers import foreign_layer_forward, project_kv
+from ..drafter.target_info import attention_shape, target_backbone, target_decoder_layers
 
 SUPPORTED_TYPES = ("llama", "qwen2", "mistral")
 

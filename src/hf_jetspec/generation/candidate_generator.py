@@ -8,9 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from transformers.generation.candidate_generator import CandidateGenerator
 
-from .drafter_cache import gather_pending, trim_pending
-from .drafting_config import check_context_window
-from .jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
+from ..drafter.drafter_cache import gather_pending, trim_pending
+from ..drafter.drafting_config import check_context_window
+from ..drafter.jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
 from .sampled_drafting import make_proposal
 from .stats import GenerationStats
 
@@ -30,7 +30,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
     a draft token is kept iff it equals the target's argmax at that position. Under sampling a
     drafter block is drawn from the final pass's distributions shaped by the target's logits
     processors, and those proposal logits are returned, so transformers verifies with
-    ``min(1, p/q)`` and the residual (:mod:`hf_jetspec.sampled_drafting`, where the exactness
+    ``min(1, p/q)`` and the residual (:mod:`hf_jetspec.generation.sampled_drafting`, where the exactness
     condition is written down); n-gram proposals stay point masses, verified by exact match. Either
     way the output follows the target's law (seed 000, Appendix F.3).
     """
@@ -72,7 +72,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
 
     # ------------------------------------------------------------------ foresight set-up
     def _init_foresight(self, target) -> None:
-        from .foresight import ForesightDecoder, ForesightEngine
+        from ..foresight import ForesightDecoder, ForesightEngine
 
         attached = self.drafter.foresight
         if attached is None:
@@ -96,7 +96,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
 
     # ------------------------------------------------------------------ round policy set-up
     def _init_policy(self, target) -> None:
-        from .policy import CostModel, DraftGate, NgramIndex, cost_profile_for
+        from ..policy import CostModel, DraftGate, NgramIndex, cost_profile_for
 
         opts = self.options
         sizes, seconds = cost_profile_for(target, opts.budget)
@@ -250,7 +250,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         return q.sample(), q.dense_logits()[None]
 
     def _proposal(self, logits, input_ids):
-        """The proposal of a drafted block (:func:`~hf_jetspec.sampled_drafting.make_proposal`) from
+        """The proposal of a drafted block (:func:`~hf_jetspec.generation.sampled_drafting.make_proposal`) from
         its final pass's draft-vocabulary logits [g, V_draft], cut before the first empty row."""
         q = make_proposal(logits, self.drafter.draft_vocab_ids, self.vocab_size, input_ids.to(logits.device), self.logits_processor,
                           self.options.proposal_sharpness)
@@ -351,7 +351,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         its logits, the final pass's through the target's processors are the proposal ``q`` (the
         block is drawn from it only after the policy has chosen, see :meth:`_policy_round`), the
         top-1 feature is ``q``'s and the draft is cut before any row ``q`` cannot define."""
-        from .policy import acceptance_features
+        from ..policy import acceptance_features
 
         drafter = self.drafter
         sampling = self.do_sample
@@ -384,7 +384,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
 
     def _policy_round(self, input_ids, anchor, context, gamma, cur_len) -> list[int]:
         """Choose this round's candidate (see :mod:`hf_jetspec.policy`) and return its tokens."""
-        from .policy import AcceptanceRecord, Candidate, RoundChoice, VerifyChoice, best_candidate, choose_verify_length, propose_ngram
+        from ..policy import AcceptanceRecord, Candidate, RoundChoice, VerifyChoice, best_candidate, choose_verify_length, propose_ngram
 
         opts = self.options
         self.index.extend(input_ids[0, len(self.index.tokens) :].tolist())
@@ -421,7 +421,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
     def _drawn(self, choice, q):
         """Under sampling, a chosen drafter block of length ``L`` is drawn now from ``q[:L]``: source and
         length were fixed from the pass's numbers before the draw, as exactness requires."""
-        from .policy import RoundChoice
+        from ..policy import RoundChoice
 
         if q is None or choice.source != "drafter":
             return choice

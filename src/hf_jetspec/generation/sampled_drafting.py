@@ -25,7 +25,7 @@ inputs that hold neither ``x_i`` nor any later draft token. Here:
 
 This holds for causal and bidirectional drafters alike, for J0-only drafting and any number of
 passes, for the foresight engine's pre-drafted blocks (their logits come from a pass over argmax
-tokens), and for tree rounds (:mod:`hf_jetspec.tree`, multi-draft rejection). Refining a block
+tokens), and for tree rounds (:mod:`hf_jetspec.generation.tree`, multi-draft rejection). Refining a block
 *after* drawing it and verifying with the refined ``q`` would not be exact, and nothing here does it.
 n-gram proposals stay point masses (``q = delta_d``): they are verified by exact match, which is
 the same rule.

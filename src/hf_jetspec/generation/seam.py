@@ -3,12 +3,12 @@
 transformers 5.24 picks a ``CandidateGenerator`` inside ``GenerationMixin._get_candidate_generator``
 from a fixed list of conditions and offers no public hook. This module wraps that method with a dispatch
 on the assistant's class: a :class:`~hf_jetspec.JetSpecDrafter` gets a
-:class:`~hf_jetspec.candidate_generator.JetSpecCandidateGenerator`; every other call goes to the
+:class:`~hf_jetspec.generation.candidate_generator.JetSpecCandidateGenerator`; every other call goes to the
 original method unchanged. Two more private methods are wrapped with the same dispatch and nothing
 else: ``_validate_generation_mode`` (JetSpec-specific errors before generic ones) and
 ``_assisted_decoding`` (the output is cut at the first token where a stopping criterion fires, as
-plain decoding would stop; see :mod:`hf_jetspec.stopping`). While a JetSpec call runs, a CPU target
-with SDPA attention attends through :mod:`hf_jetspec.gqa_attention` (a public ``AttentionInterface``
+plain decoding would stop; see :mod:`hf_jetspec.generation.stopping`). While a JetSpec call runs, a CPU target
+with SDPA attention attends through :mod:`hf_jetspec.generation.gqa_attention` (a public ``AttentionInterface``
 registration, switched back afterwards). :func:`install` runs on ``import hf_jetspec``; :func:`uninstall`
 restores the originals.
 """
@@ -33,7 +33,7 @@ def _running_calls() -> list[list]:
 
 
 def _is_drafter(model) -> bool:
-    from .modeling_drafter import JetSpecDrafter
+    from ..drafter.modeling_drafter import JetSpecDrafter
 
     return isinstance(model, JetSpecDrafter)
 

@@ -257,7 +257,7 @@ class SampledTree:
 
 def sample_tree(shape: DraftTree, from_chain, q) -> SampledTree:
     """Draw the drafter's nodes of ``shape`` from the proposal ``q`` (a
-    :class:`~hf_jetspec.sampled_drafting.Proposal`, or probabilities [D, V]; depth ``d`` draws from
+    :class:`~hf_jetspec.generation.sampled_drafting.Proposal`, or probabilities [D, V]; depth ``d`` draws from
     row ``d - 1``, global random stream); nodes taken for a grafted chain (``from_chain[i]``) keep
     their token as a point mass.
 

@@ -2,7 +2,7 @@
 
 transformers' assisted loop verifies chains only. With ``drafting_config.tree`` set, the seam runs
 :func:`tree_decoding` instead: each round drafts one block (J0 and the Jacobi passes), reads a
-token tree off its per-position top-k (:mod:`hf_jetspec.tree`), verifies ``[anchor] + nodes`` in
+token tree off its per-position top-k (:mod:`hf_jetspec.generation.tree`), verifies ``[anchor] + nodes`` in
 one target forward under a tree attention mask, walks the tree on the target's own choices
 (greedy argmax, or the point-mass rule when sampling), keeps in the target's cache only the rows
 of the accepted path, and feeds the drafter the hidden states of that path alone. With
@@ -21,12 +21,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .drafter_cache import gather_pending, trim_pending
-from .drafting_config import check_context_window
-from .jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
+from ..drafter.drafter_cache import gather_pending, trim_pending
+from ..drafter.drafting_config import check_context_window
+from ..drafter.jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
 from .sampled_drafting import Proposal, make_proposal
 from .stats import GenerationStats
-from .policy import (
+from ..policy import (
     CostModel,
     DraftGate,
     NgramIndex,
@@ -100,7 +100,7 @@ def sampled_topk(topk: TopkDraft, q: Proposal, k: int) -> TopkDraft:
 
 def proposal_of(drafter, logits: torch.Tensor, input_ids: torch.Tensor, logits_processor, vocab_size: int,
                 sharpness: float = 1.0) -> Proposal:
-    """The proposal ``q`` of a drafted block under sampling (:mod:`hf_jetspec.sampled_drafting`), on the CPU."""
+    """The proposal ``q`` of a drafted block under sampling (:mod:`hf_jetspec.generation.sampled_drafting`), on the CPU."""
     draft_vocab = drafter.draft_vocab_ids
     return make_proposal(logits.cpu(), None if draft_vocab is None else draft_vocab.cpu(), vocab_size, input_ids.cpu(), logits_processor,
                          sharpness)
@@ -120,7 +120,7 @@ def draft_branches(drafter, cache, anchor: torch.Tensor, draft: torch.Tensor, al
 
 def build_tree(options, topk_ids: torch.Tensor, topk_probs: torch.Tensor, max_depth: int, branches=None) -> DraftTree:
     """The round's tree without the round policy: ``options.tree == "auto"``: best-first under ``budget - 1`` nodes (with the
-    re-drafted ``branches`` where given); a list of widths: :func:`~hf_jetspec.tree.sibling_tree`.
+    re-drafted ``branches`` where given); a list of widths: :func:`~hf_jetspec.generation.tree.sibling_tree`.
     Never deeper than ``max_depth``."""
     topk_ids, topk_probs = topk_ids[:max_depth], topk_probs[:max_depth]
     if options.tree == "auto":

@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 
 from .data import chat_input_ids
-from .stats import GenerationStats
+from ..generation.stats import GenerationStats
 
 JETSPEC_VARIANTS = {
     # name: drafting-config changes on top of the bench's jetspec options
@@ -193,7 +193,7 @@ class PeakMemory:
 def _environment(device: torch.device) -> dict:
     import transformers
 
-    from . import __version__
+    from .. import __version__
     from .dtypes import describe_capability
 
     env = {
@@ -350,7 +350,7 @@ def load_bench(config: BenchConfig) -> BenchSetup:
     if "prompt-lookup" in config.methods:
         extra["prompt-lookup"] = {"prompt_lookup_num_tokens": config.prompt_lookup_tokens}
     if "hf-dflash" in config.methods:
-        from .dflash import muse_glimmer_assistant
+        from ..interop.dflash import muse_glimmer_assistant
 
         dflash = muse_glimmer_assistant(drafter)  # raises, naming the fields, for a drafter without the DFlash layout
         extra["hf-dflash"] = {"drafter": what, "block_size": dflash.config.block_size, "assistant": "MuseGlimmerAssistantModel",
@@ -376,8 +376,8 @@ def _use_method(setup: BenchSetup, config: BenchConfig, name: str) -> dict:
     if name == "prompt-lookup":
         return {"prompt_lookup_num_tokens": config.prompt_lookup_tokens}
     if name in JETSPEC_VARIANTS:
-        from .drafting_config import DraftingConfig
-        from .policy import OutputMemory
+        from ..drafter.drafting_config import DraftingConfig
+        from ..policy import OutputMemory
 
         drafter = _drafter_of(setup, name)
         drafter.drafting_config = DraftingConfig(**setup.extra[name]["drafting_config"])
@@ -536,7 +536,7 @@ def score_divergences(config: BenchConfig, setup: BenchSetup, records: dict[str,
 def summarise(config: BenchConfig, setup: BenchSetup, records: dict[str, MethodRecord], numerics: dict | None) -> dict:
     """The result dict: per-method metrics (through the ``evaluate`` modules), config and environment."""
     from .dtypes import dtype_name
-    from .metrics import load as load_metric
+    from ..metrics import load as load_metric
 
     acceptance, speedup, exact = load_metric("acceptance_length"), load_metric("speedup"), load_metric("exact_match")
     sampling = config.temperature > 0
@@ -607,7 +607,7 @@ def run_bench(config: BenchConfig, progress: bool = True) -> dict:
     """Run the benchmark described by ``config`` and return the result dict (also saved if ``output``).
 
     Outside fp32, greedy runs also measure the target's tie margin and score every divergence from AR
-    in fp32 (:mod:`hf_jetspec.numerics`)."""
+    in fp32 (:mod:`hf_jetspec.tools.numerics`)."""
     setup = load_bench(config)
     score = config.temperature == 0 and "ar" in config.methods and len(config.methods) > 1
     tie = {}

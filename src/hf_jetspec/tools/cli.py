@@ -77,7 +77,7 @@ def cmd_demo(args) -> int:
             ref = reference(args.target)
             d = score_divergence(ref, enc["input_ids"], ar[0, n_prompt:].tolist(), js[0, n_prompt:].tolist(), 0)
             print(f"  differs from AR at token {d.position}: fp32 logit margin {d.fp32_margin:.3f} between the two tokens "
-                  f"(a {target.dtype} near-tie; see hf_jetspec.numerics)\n")
+                  f"(a {target.dtype} near-tie; see hf_jetspec.tools.numerics)\n")
         tot["same"] += int(same)
         tot["n"] += 1
         tot["ar_t"] += t1 - t0
@@ -151,7 +151,7 @@ def _calibration_items(args, tokenizer, target) -> list:
 def cmd_calibrate(args) -> int:
     import torch
 
-    from .foresight.calibrate import fit_calibration, record_rounds, save_records
+    from ..foresight.calibrate import fit_calibration, record_rounds, save_records
     from .targets import companion_adapter_path, load_drafter_for, load_target
 
     torch.manual_seed(0)
@@ -180,7 +180,7 @@ def cmd_calibrate(args) -> int:
 def cmd_calibrate_policy(args) -> int:
     import torch
 
-    from .policy.calibrate import calibrate_acceptance, record_acceptance
+    from ..policy.calibrate import calibrate_acceptance, record_acceptance
     from .targets import companion_drafter_path, load_drafter_for, load_target
 
     torch.manual_seed(0)
@@ -211,8 +211,8 @@ def cmd_calibrate_policy(args) -> int:
 def cmd_export_vllm(args) -> int:
     import torch
 
-    from .interop.vllm import export_for_vllm
-    from .modeling_drafter import JetSpecDrafter
+    from ..interop.vllm import export_for_vllm
+    from ..drafter.modeling_drafter import JetSpecDrafter
 
     drafter = JetSpecDrafter.from_pretrained(args.drafter, dtype=torch.float32)
     try:

@@ -169,7 +169,7 @@ def load_eval_prompts(name_or_path: str, limit: int | None = None, seed: int = 0
 
     ``name_or_path``: ``gsm8k``, ``humaneval``, ``mt-bench``, ``mt-bench-code-reasoning`` (its coding and
     reasoning questions), ``aime25``, a long-prompt set (``long-2k``, ``long-4k``, ``long-8k``, or
-    their ``long-chat-`` / ``long-code-`` halves; :mod:`hf_jetspec.long_prompts`, which cut their
+    their ``long-chat-`` / ``long-code-`` halves; :mod:`hf_jetspec.tools.long_prompts`, which cut their
     documents with ``tokenizer``), or a local JSONL file
     (``{"prompt": ...}``, ``{"messages": [...]}`` or ``{"turns": [...]}`` per line). MBPP,
     MATH-500 and LiveCodeBench are not installable here: pass them as local JSONL files.

@@ -147,7 +147,7 @@ def upcast_head(target) -> None:
     Logits then carry fp32 resolution instead of bf16's coarse steps, for plain decoding and
     verification alike. The head is copied (tied embeddings stay as they are for the input side).
     """
-    from .target_info import target_backbone
+    from ..drafter.target_info import target_backbone
 
     base = target_backbone(target)
     if not isinstance(base.norm, _Fp32):

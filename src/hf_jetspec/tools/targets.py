@@ -209,7 +209,7 @@ def load_target(
             ``qwen2.5-coder-1.5b``, ``gemma3-270m``) or anything ``from_pretrained`` accepts.
         dtype: weights dtype, a ``torch.dtype`` or a name: ``"float32"`` (the default, the exactness
             reference), ``"bfloat16"``, ``"float16"`` or ``"auto"`` (bf16 where ``device`` has native
-            bf16 matrix instructions, else fp32; see :mod:`hf_jetspec.dtypes`). Embedded targets are
+            bf16 matrix instructions, else fp32; see :mod:`hf_jetspec.tools.dtypes`). Embedded targets are
             dequantised to fp32 first.
         device: where to put the model.
         cache_dir: where converted embedded targets are kept (default ``~/.cache/hf_jetspec``).
@@ -266,7 +266,7 @@ def load_drafter_for(target, target_name: str, drafter_path: str | None):
 
     Returns ``(drafter, description)``; the description says plainly when the drafter is untrained.
     """
-    from .modeling_drafter import JetSpecDrafter
+    from ..drafter.modeling_drafter import JetSpecDrafter
 
     path = drafter_path or companion_drafter_path(target_name)
     if path is not None:

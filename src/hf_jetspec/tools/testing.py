@@ -42,7 +42,7 @@ def train_drafter_on_greedy(target, steps: int = 600, num_prompts: int = 32, gam
 
     Returns ``(drafter, prompts)``; on those prompts the drafter accepts often (tau ~ 3).
     """
-    from .modeling_drafter import JetSpecDrafter
+    from ..drafter.modeling_drafter import JetSpecDrafter
 
     device = target.device
     g = torch.Generator().manual_seed(seed)

@@ -60,7 +60,7 @@ class FeatureCacheInfo:
 def read_layer_ids(target, layers: str | None = None, drafter: str | None = None) -> list[int]:
     """The target layers a cache stores: ``layers`` (a comma list), else those the ``drafter`` folder
     reads, else the default read layers for the target's depth."""
-    from ..configuration_drafter import JetSpecDrafterConfig, default_target_layer_ids
+    from ..drafter.configuration_drafter import JetSpecDrafterConfig, default_target_layer_ids
 
     if layers:
         return [int(x) for x in layers.split(",")]

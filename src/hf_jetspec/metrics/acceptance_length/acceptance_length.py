@@ -3,7 +3,7 @@
 import datasets
 import evaluate
 
-from hf_jetspec.stats import accept_length_histogram
+from hf_jetspec.generation.stats import accept_length_histogram
 
 _DESCRIPTION = """
 Mean number of tokens committed per verification round of speculative decoding (tau), bonus
