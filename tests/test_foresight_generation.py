@@ -93,6 +93,26 @@ def test_failing_worker_never_changes_output(setup, monkeypatch, pipeline):
     assert all(s.worker_failures > 0 and s.cache_hits == 0 for s in stats)
 
 
+@pytest.mark.parametrize("tree", ["auto", [2, 1]])
+def test_foresight_with_trees_falls_back_to_chains_with_one_log_line(setup, tree):
+    """Trees are the shipped default; asking for foresight runs chain rounds (with foresight) instead of an error."""
+    from transformers.testing_utils import CaptureLogger
+    from transformers.utils import logging
+
+    from hf_jetspec.generation import seam
+
+    target, drafter, prompts = setup
+    config = DraftingConfig(budget=8, num_jacobi_passes=1, foresight=True, cache_size=4, pipeline="off", tree=tree)
+    assert not config.runs_tree_rounds and "foresight" in config.tree_fallback_reason
+    assert DraftingConfig(tree=tree).runs_tree_rounds
+    seam.logger.warning_once.cache_clear()
+    with CaptureLogger(logging.get_logger(seam.__name__)) as captured:
+        stats = run(target, drafter, prompts, n=2, budget=8, num_jacobi_passes=1, foresight=True, cache_size=4, pipeline="off",
+                    tree=tree)
+    assert captured.out.count("falls back to chain rounds: foresight run in chain rounds only") == 1
+    assert all(s.cache_lookups > 0 for s in stats)  # foresight really ran
+
+
 def test_foresight_needs_an_adapter(llama_target):
     drafter = JetSpecDrafter.for_target(llama_target)
     drafter.drafting_config = DraftingConfig(foresight=True)

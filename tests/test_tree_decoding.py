@@ -57,6 +57,30 @@ def test_tree_option_is_validated():
         DraftingConfig(tree=[4, 4], budget=8)
     with pytest.raises(ValueError, match="widths"):
         DraftingConfig(tree="wide")
+    with pytest.raises(ValueError, match="tree_max_temperature"):
+        DraftingConfig(tree="auto", tree_max_temperature=-1)
+
+
+def test_tree_rounds_run_up_to_the_temperature_limit(trained_llama):
+    from transformers import GenerationConfig
+
+    config = DraftingConfig(tree="auto", tree_max_temperature=0.5)
+    assert config.tree_rounds_for(GenerationConfig(do_sample=False)) and config.tree_rounds_for(None)
+    assert config.tree_rounds_for(GenerationConfig(do_sample=True, temperature=0.5))
+    assert not config.tree_rounds_for(GenerationConfig(do_sample=True, temperature=0.7))
+    assert DraftingConfig(tree="auto").tree_rounds_for(GenerationConfig(do_sample=True, temperature=1.5))
+    assert not DraftingConfig().tree_rounds_for(GenerationConfig(do_sample=False))
+    # the seam dispatches on it: chain rounds above the limit, tree rounds below
+    target, drafter, prompts = trained_llama
+    saved = drafter.drafting_config
+    try:
+        drafter.drafting_config = DraftingConfig(budget=8, tree="auto", tree_max_temperature=0.5)
+        for temperature, trees in ((0.3, True), (0.9, False)):
+            torch.manual_seed(0)
+            target.generate(prompts[:1], assistant_model=drafter, do_sample=True, temperature=temperature, max_new_tokens=24)
+            assert bool(drafter.generation_stats.tree_nodes) == trees, temperature
+    finally:
+        drafter.drafting_config = saved
 
 
 @pytest.mark.parametrize("policy", [False, True])

@@ -21,6 +21,9 @@ import threading
 import torch
 
 from transformers.generation.utils import GenerationMixin, GenerationMode
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 _ORIGINALS: dict[str, object] = {}
 _CALLS = threading.local()  # per thread: a stack of the JetSpec generators of each running _assisted_decoding
@@ -94,7 +97,10 @@ def _jetspec_decoding(original, self, input_ids, *args, **kwargs):
     """``_assisted_decoding`` with a JetSpec drafter: tree rounds in our own loop, chain rounds in
     transformers' (the generator's statistics handed to the drafter), cut at the first stop."""
     drafter = kwargs.get("assistant_model")
-    if drafter.drafting_config.tree is not None and not args:
+    reason = drafter.drafting_config.tree_fallback_reason
+    if reason is not None:
+        logger.warning_once(f"hf_jetspec: tree={drafter.drafting_config.tree!r} falls back to chain rounds: {reason}")
+    if drafter.drafting_config.tree_rounds_for(kwargs.get("generation_config")) and not args:
         from .tree_decoding import tree_decoding  # tree rounds: our own verification loop
 
         names = ("logits_processor", "stopping_criteria", "generation_config", "synced_gpus", "streamer", "inputs_tensor",

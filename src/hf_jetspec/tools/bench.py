@@ -46,7 +46,8 @@ from ..generation.stats import GenerationStats
 
 JETSPEC_VARIANTS = {
     # name: drafting-config changes on top of the bench's jetspec options
-    "jetspec": {},
+    "jetspec": {},  # the drafter's shipped defaults (tree rounds under the policy for the shipped drafters)
+    "jetspec-chain": {"tree": None},  # the same with chain rounds
     "jetspec-fixed": {"policy": False},  # every round verifies a full budget-token drafter block
     "jetspec-length": {"policy": True, "ngram": False, "ngram_seed": False},  # verify-length selection only
     "jetspec-ngram": {"policy": True, "ngram": True, "ngram_seed": False},  # + n-gram proposals
@@ -98,7 +99,7 @@ class BenchConfig:
     policy: bool = True
     tie_margin_items: int = 4
     fp32_head: bool = False
-    tree: str | None = None  # drafting_config.tree of every jetspec method ("auto"; None: chains)
+    tree: str | None = None  # drafting_config.tree of every jetspec method ("auto", "off"; None: the drafter's own)
     tree_top_k: int | None = None  # drafting_config.tree_top_k: candidates per depth a tree may branch into
     baseline_drafter: str | None = None  # the drafter of the jetspec-baseline method
 

@@ -122,7 +122,7 @@ def cmd_bench(args) -> int:
         policy=args.policy == "on",
         tie_margin_items=args.tie_margin_items,
         fp32_head=args.fp32_head,
-        tree=None if args.tree == "off" else args.tree,
+        tree=args.tree,
         tree_top_k=args.tree_top_k,
         baseline_drafter=args.baseline_drafter,
     )
@@ -249,8 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--limit", type=int, default=20)
     bench.add_argument("--offset", type=int, default=0, help="skip this many prompts of the fixed shuffle first")
     bench.add_argument("--max-new-tokens", type=int, default=256)
-    bench.add_argument("--methods", default="ar,prompt-lookup,jetspec", help="comma list of ar, prompt-lookup, jetspec, jetspec-fixed, jetspec-length, jetspec-ngram, jetspec-j0, jetspec-j1, jetspec-j2, jetspec-tree, jetspec-tree-branched, jetspec-tree-policy, jetspec-tree-branched-policy, jetspec-tree-policy-j0, jetspec-tree-policy-j1, jetspec-baseline, jetspec-compiled, jetspec-int8, assisted, hf-dflash")
-    bench.add_argument("--tree", default="off", choices=["off", "auto"], help="tree verification for every jetspec method")
+    bench.add_argument("--methods", default="ar,prompt-lookup,jetspec", help="comma list of ar, prompt-lookup, jetspec, jetspec-chain, jetspec-fixed, jetspec-length, jetspec-ngram, jetspec-j0, jetspec-j1, jetspec-j2, jetspec-tree, jetspec-tree-branched, jetspec-tree-policy, jetspec-tree-branched-policy, jetspec-tree-policy-j0, jetspec-tree-policy-j1, jetspec-baseline, jetspec-compiled, jetspec-int8, assisted, hf-dflash")
+    bench.add_argument("--tree", default=None, choices=["off", "auto"],
+                       help="tree verification for every jetspec method (default: the drafter's own drafting_config)")
     bench.add_argument("--tree-top-k", type=int, default=None,
                        help="candidates per depth a tree may branch into (default: the drafter's drafting_config)")
     bench.add_argument("--assistant", default=None, help="assistant model for 'assisted' (default: the 0.5B model for qwen2.5-coder-1.5b)")

@@ -1,0 +1,145 @@
+"""The current-results page: the shipped configuration's numbers, generated from saved result files.
+
+    python benchmarks/current_results.py            # rewrite the page at the top of benchmarks/README.md
+    python benchmarks/current_results.py --check    # fail if the page is not what the files say
+
+``CURRENT`` lists, per table, the result files that describe what a user gets today (the shipped
+drafters with their shipped defaults). When a run replaces one, change its entry here and rerun;
+the dated reports below the page keep the history. Every row gives the command that reproduces it,
+rebuilt from the run's own saved configuration, and the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+README = HERE / "README.md"
+START, END = "<!-- current-results:start -->", "<!-- current-results:end -->"
+
+# (table title, [(row label, result file, our method)]): the runs of the shipped configuration
+CURRENT = [
+    ("SmolLM2-135M-Instruct, greedy, bf16 (shipped drafter version 2, default settings)", [
+        ("GSM8K", "smollm2_v2_vs_v1_gsm8k_bfloat16.json", "jetspec"),
+        ("HumanEval", "smollm2_v2_vs_v1_humaneval_bfloat16.json", "jetspec"),
+        ("MT-Bench (both turns)", "smollm2_v2_vs_v1_mt-bench_bfloat16.json", "jetspec"),
+    ]),
+    ("Qwen2.5-Coder-1.5B-Instruct, greedy, bf16 (shipped drafter, tree rounds under the policy)", [
+        ("HumanEval", "qwen15_shipped_humaneval_bf16.json", "jetspec-tree-policy"),
+        ("MT-Bench coding + reasoning", "qwen15_shipped_mt-bench-code-reasoning_bf16.json", "jetspec-tree-policy"),
+    ]),
+    ("Sampling (top-p 0.9; drafts drawn from the drafter's q, the default)", [
+        ("SmolLM2, MT-Bench, T = 0.7", "sampling_smollm2_mt-bench_t0.7.json", "jetspec"),
+        ("SmolLM2, MT-Bench, T = 1.0", "sampling_smollm2_mt-bench_t1.0.json", "jetspec"),
+        ("SmolLM2, GSM8K, T = 0.7", "sampling_smollm2_gsm8k_t0.7.json", "jetspec"),
+        ("SmolLM2, HumanEval, T = 0.7", "sampling_smollm2_humaneval_t0.7.json", "jetspec"),
+        ("Qwen, HumanEval, T = 0.7", "sampling_qwen_humaneval_t0.7.json", "jetspec"),
+        ("Qwen, HumanEval, T = 0.2", "sampling_qwen_humaneval_t0.2.json", "jetspec"),
+    ]),
+    ("Long prompts, SmolLM2-135M, greedy, bf16 (summaries, quotes and code edits over the prompt)", [
+        ("long-2k", "long_2k_smollm2_bfloat16.json", "jetspec"),
+        ("long-4k", "long_4k_smollm2_bfloat16.json", "jetspec"),
+        ("long-8k", "long_8k_smollm2_bfloat16.json", "jetspec"),
+    ]),
+]
+
+PEERS = ("prompt-lookup", "assisted")
+
+
+def bench_command(config: dict) -> str:
+    """The ``hf-jetspec bench`` line that reproduces a saved run, from its own configuration."""
+    parts = ["hf-jetspec bench", f"--target {config['target']}", f"--prompts {config['prompts']}", f"--limit {config['limit']}"]
+    if config.get("offset"):
+        parts.append(f"--offset {config['offset']}")
+    parts += [f"--max-new-tokens {config['max_new_tokens']}", f"--dtype {config['dtype']}", f"--methods {','.join(config['methods'])}"]
+    if config.get("temperature"):
+        parts.append(f"--temperature {config['temperature']}")
+        if config.get("top_p") not in (None, 1.0):
+            parts.append(f"--top-p {config['top_p']}")
+    if config.get("baseline_drafter"):
+        parts.append(f"--baseline-drafter {config['baseline_drafter']}")
+    return " ".join(parts)
+
+
+def exactness(method: dict, sampled: bool) -> str:
+    if sampled:
+        return "same law (sampled)"
+    exact, tie = method.get("exact_match_vs_ar"), method.get("tie_explained_vs_ar")
+    if exact == 1.0:
+        return "identical"
+    if tie is not None:
+        return f"{exact:.2f} identical, divergences {tie:.0%} tie-explained"
+    return f"{exact:.2f} identical"
+
+
+def table(title: str, rows: list[tuple[str, str, str]]) -> list[str]:
+    out = [f"**{title}**", "", "| prompts | plain tok/s | hf_jetspec | tau | prompt lookup | assisted | output vs plain | machine, date |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    commands = []
+    for label, name, ours in rows:
+        result = json.loads((RESULTS / name).read_text())
+        methods, config, env = result["methods"], result["config"], result.get("environment", {})
+        sampled = bool(config.get("temperature"))
+        mine = methods[ours]
+
+        def peer(key):
+            m = methods.get(key)
+            return "-" if m is None else f"{m['speedup_vs_ar']:.2f}x"
+
+        machine = f"{env.get('cpu', '?')}, {env.get('date', '?')[:10]}"
+        out.append(f"| {label} | {methods['ar']['tokens_per_s']:.1f} | **{mine['speedup_vs_ar']:.2f}x** | {mine['tau']:.2f} | "
+                   f"{peer('prompt-lookup')} | {peer('assisted')} | {exactness(mine, sampled)} | {machine} |")
+        commands.append(f"{bench_command(config)}   # {label}: results/{name}")
+    out += ["", "```bash", *commands, "```", ""]
+    return out
+
+
+def page() -> str:
+    lines = [
+        START,
+        "## Current results",
+        "",
+        "What the shipped drafters give today with their default settings, against plain decoding and",
+        "the best peers measured in the same interleaved run (speedups are ratios to plain decoding in",
+        "that run). Generated by `python benchmarks/current_results.py` from the files in `results/`",
+        "named in its `CURRENT` list; the dated reports below are the history behind each number.",
+        "",
+    ]
+    for title, rows in CURRENT:
+        lines += table(title, rows)
+    lines.append(END)
+    return "\n".join(lines) + "\n"
+
+
+def with_page(readme: str, new_page: str) -> str:
+    """``readme`` with its page replaced (or inserted after the title line)."""
+    if START in readme and END in readme:
+        head, rest = readme.split(START, 1)
+        tail = rest.split(END, 1)[1].lstrip("\n")
+        return head + new_page + "\n" + tail
+    title, _, body = readme.partition("\n")
+    return title + "\n\n" + new_page + "\n" + body.lstrip("\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if README.md's page differs from the result files")
+    args = ap.parse_args(argv)
+    readme = README.read_text()
+    updated = with_page(readme, page())
+    if args.check:
+        if updated != readme:
+            print("benchmarks/README.md's current-results page is stale: run python benchmarks/current_results.py", file=sys.stderr)
+            return 1
+        return 0
+    README.write_text(updated)
+    print(f"wrote the current-results page of {README}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
