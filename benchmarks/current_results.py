@@ -23,7 +23,7 @@ START, END = "<!-- current-results:start -->", "<!-- current-results:end -->"
 
 # (table title, [(row label, result file, our method)]): the runs of the shipped configuration
 CURRENT = [
-    ("SmolLM2-135M-Instruct, greedy, bf16 (shipped drafter version 2, default settings)", [
+    ("SmolLM2-135M-Instruct, greedy, bf16 (shipped drafter version 2; chain rounds: these runs predate the tree default)", [
         ("GSM8K", "smollm2_v2_vs_v1_gsm8k_bfloat16.json", "jetspec"),
         ("HumanEval", "smollm2_v2_vs_v1_humaneval_bfloat16.json", "jetspec"),
         ("MT-Bench (both turns)", "smollm2_v2_vs_v1_mt-bench_bfloat16.json", "jetspec"),
@@ -32,15 +32,15 @@ CURRENT = [
         ("HumanEval", "qwen15_shipped_humaneval_bf16.json", "jetspec-tree-policy"),
         ("MT-Bench coding + reasoning", "qwen15_shipped_mt-bench-code-reasoning_bf16.json", "jetspec-tree-policy"),
     ]),
-    ("Sampling (top-p 0.9; drafts drawn from the drafter's q, the default)", [
-        ("SmolLM2, MT-Bench, T = 0.7", "sampling_smollm2_mt-bench_t0.7.json", "jetspec"),
-        ("SmolLM2, MT-Bench, T = 1.0", "sampling_smollm2_mt-bench_t1.0.json", "jetspec"),
-        ("SmolLM2, GSM8K, T = 0.7", "sampling_smollm2_gsm8k_t0.7.json", "jetspec"),
-        ("SmolLM2, HumanEval, T = 0.7", "sampling_smollm2_humaneval_t0.7.json", "jetspec"),
-        ("Qwen, HumanEval, T = 0.7", "sampling_qwen_humaneval_t0.7.json", "jetspec"),
-        ("Qwen, HumanEval, T = 0.2", "sampling_qwen_humaneval_t0.2.json", "jetspec"),
+    ("Sampling, top-p 0.9, drafts drawn from the drafter's q (the defaults: tree rounds, Qwen chains above T = 0.5)", [
+        ("SmolLM2, MT-Bench, T = 0.7", "sampling_smollm2_mt-bench_t0.7.json", "jetspec-tree-policy"),
+        ("SmolLM2, MT-Bench, T = 1.0", "sampling_smollm2_mt-bench_t1.0.json", "jetspec-tree-policy"),
+        ("SmolLM2, GSM8K, T = 0.7", "sampling_smollm2_gsm8k_t0.7.json", "jetspec-tree-policy"),
+        ("SmolLM2, HumanEval, T = 0.7", "sampling_smollm2_humaneval_t0.7.json", "jetspec-tree-policy"),
+        ("Qwen, HumanEval, T = 0.7 (chains)", "sampling_qwen_humaneval_t0.7.json", "jetspec"),
+        ("Qwen, HumanEval, T = 0.2", "sampling_qwen_humaneval_t0.2.json", "jetspec-tree-policy"),
     ]),
-    ("Long prompts, SmolLM2-135M, greedy, bf16 (summaries, quotes and code edits over the prompt)", [
+    ("Long prompts, SmolLM2-135M, greedy, bf16 (summaries, quotes and code edits; chain rounds: these runs predate the tree default)", [
         ("long-2k", "long_2k_smollm2_bfloat16.json", "jetspec"),
         ("long-4k", "long_4k_smollm2_bfloat16.json", "jetspec"),
         ("long-8k", "long_8k_smollm2_bfloat16.json", "jetspec"),

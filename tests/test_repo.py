@@ -38,3 +38,15 @@ def test_public_api_is_pinned():
     assert sorted(hf_jetspec.__all__) == ["DraftingConfig", "GenerationStats", "JetSpecDrafter", "JetSpecDrafterConfig",
                                           "default_target_layer_ids", "load_target", "seam"]
     assert all(getattr(hf_jetspec, name) is not None for name in hf_jetspec.__all__)
+
+
+def test_current_results_page_matches_the_result_files():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("current_results", ROOT / "benchmarks" / "current_results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--check"]) == 0, "run python benchmarks/current_results.py"
+    for _, rows in module.CURRENT:
+        for _, name, method in rows:
+            assert method in __import__("json").loads((module.RESULTS / name).read_text())["methods"], (name, method)
