@@ -235,13 +235,16 @@ def load_target(
     return model.eval(), tokenizer
 
 
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # src/hf_jetspec (this module is tools/targets.py)
+REPO_ROOT = PACKAGE_ROOT.parents[1]  # a source checkout: hub_cards/ lies here
+
+
 def companion_drafter_path(name_or_path: str) -> Path | None:
     """Folder of the drafter shipped in this repository for an embedded target, if there is one."""
     spec = resolve_embedded(name_or_path)
     if spec is None or spec.companion_drafter is None:
         return None
-    here = Path(__file__).resolve()
-    for root in (here.parents[2] / "hub_cards", here.parent / "hub_cards"):
+    for root in (REPO_ROOT / "hub_cards", PACKAGE_ROOT / "hub_cards"):
         folder = root / spec.companion_drafter
         if (folder / "config.json").is_file():
             return folder
@@ -271,9 +274,8 @@ def load_drafter_for(target, target_name: str, drafter_path: str | None):
     path = drafter_path or companion_drafter_path(target_name)
     if path is not None:
         shown = Path(path)
-        repo = Path(__file__).resolve().parents[2]
-        if shown.is_absolute() and shown.resolve().is_relative_to(repo):
-            shown = shown.resolve().relative_to(repo)  # report shipped drafters by their place in the repository
+        if shown.is_absolute() and shown.resolve().is_relative_to(REPO_ROOT):
+            shown = shown.resolve().relative_to(REPO_ROOT)  # report shipped drafters by their place in the repository
         drafter = JetSpecDrafter.from_pretrained(str(path)).eval()
         drafter.attach_target(target)  # follows the target's device and dtype
         return drafter, f"drafter {shown}"
