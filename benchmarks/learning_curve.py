@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import time
 from pathlib import Path
 
 import torch
@@ -39,9 +40,51 @@ def checkpoint_cpu_hours(folder: Path, step: int) -> float | None:
     return rows[-1]["cpu_hours"] if rows else None
 
 
+def checkpoint_step(folder: Path) -> int:
+    return int(re.findall(r"\d+", folder.name)[-1])
+
+
+def evaluate(target, items, refs, folder: Path, args, data_cpu_hours: float) -> dict:
+    """One checkpoint's row: drafter-alone tau per Jacobi setting, exactness, CPU-hours."""
+    step = checkpoint_step(folder)
+    drafter = JetSpecDrafter.from_pretrained(str(folder), dtype=torch.float32).eval()
+    row = {"step": step, "checkpoint": str(folder)}
+    if args.tokens_per_step:
+        row["tokens_seen"] = int(step * args.tokens_per_step)
+    trained = checkpoint_cpu_hours(folder, step)
+    if trained is not None:
+        row["train_cpu_hours"] = round(trained, 4)
+        row["cpu_hours"] = round(trained + data_cpu_hours, 4)
+    for j in [int(x) for x in args.jacobi_passes.split(",")]:
+        # the drafter alone: full blocks every round (no round policy, no n-gram proposals)
+        r = acceptance_on_items(target, drafter, items, args.max_new_tokens, refs, num_jacobi_passes=j, budget=args.budget, policy=False)
+        row[f"tau_J{j}"] = r["tau"]
+        row[f"exact_J{j}"] = r["exact"]
+    print(row, flush=True)
+    return row
+
+
+def save(output: Path, rows: list[dict], args, label: str | None, append: bool) -> None:
+    config = vars(args) | {"label": label}
+    stints = [config]
+    if append and output.is_file():
+        old = json.loads(output.read_text())
+        mine = {r["checkpoint"] for r in rows}
+        rows = [r for r in old["curve"] if r["checkpoint"] not in mine] + rows
+        stints = old.get("stints", [old["config"]]) + stints
+    rows.sort(key=lambda r: (r.get("tokens_seen", 0), r["step"], r["checkpoint"]))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps({"config": config, "stints": stints, "curve": rows}, indent=2) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--checkpoints", required=True, help="folder of checkpoint-N drafter folders")
+    ap.add_argument("--checkpoints", default=None, help="folder of checkpoint-N drafter folders")
+    ap.add_argument("--run", action="append", default=[], metavar="LABEL,DIR,OUTPUT[,DATA_CPU_HOURS]",
+                    help="several runs in one process (one target load, one set of references); repeatable")
+    ap.add_argument("--watch", type=float, default=None, metavar="SECONDS",
+                    help="keep evaluating checkpoints as they appear, polling every SECONDS, until each run has its final/ "
+                         "folder and every checkpoint is measured (rows are appended to each output as they come)")
     ap.add_argument("--target", default="smollm2-135m")
     ap.add_argument("--prompts", default="gsm8k")
     ap.add_argument("--limit", type=int, default=8)
@@ -50,6 +93,7 @@ def main() -> None:
     ap.add_argument("--jacobi-passes", default="0,1")
     ap.add_argument("--budget", type=int, default=16)
     ap.add_argument("--steps", default=None, help="comma list of checkpoint steps to evaluate (default: all)")
+    ap.add_argument("--every", type=int, default=1, help="with --watch: evaluate every n-th checkpoint (and the last)")
     ap.add_argument("--dtype", default="float32", choices=["auto", "bfloat16", "float32"], help="the target's dtype")
     ap.add_argument("--tokens-per-step", type=float, default=None,
                     help="training tokens per optimizer step (batch size x mean sequence length): adds tokens_seen to each row")
@@ -58,44 +102,50 @@ def main() -> None:
     ap.add_argument("--label", default=None, help="the variant's name in plots")
     ap.add_argument("--append", action="store_true",
                     help="merge into an existing --output: rows of other checkpoints are kept, a re-measured checkpoint is replaced")
-    ap.add_argument("--output", required=True)
+    ap.add_argument("--output", default=None)
     args = ap.parse_args()
+
+    runs = []
+    if args.checkpoints:
+        if not args.output:
+            ap.error("--checkpoints needs --output")
+        runs.append((args.label, Path(args.checkpoints), Path(args.output), args.data_cpu_hours))
+    for spec in args.run:
+        parts = spec.split(",")
+        if len(parts) not in (3, 4):
+            ap.error(f"--run takes LABEL,DIR,OUTPUT[,DATA_CPU_HOURS], got {spec!r}")
+        runs.append((parts[0], Path(parts[1]), Path(parts[2]), float(parts[3]) if len(parts) == 4 else 0.0))
+    if not runs:
+        ap.error("give --checkpoints and --output, or --run")
 
     target, tok = load_target(args.target, dtype=args.dtype)
     items = build_items(tok, target, load_eval_prompts(args.prompts, limit=args.limit, offset=args.offset), args.max_new_tokens)
     refs: dict = {}
-    rows = []
-    folders = sorted(Path(args.checkpoints).glob("checkpoint-*"), key=lambda p: int(re.findall(r"\d+", p.name)[-1]))
-    if args.steps:
-        wanted = {int(x) for x in args.steps.split(",")}
-        folders = [f for f in folders if int(re.findall(r"\d+", f.name)[-1]) in wanted]
-    for folder in folders:
-        step = int(re.findall(r"\d+", folder.name)[-1])
-        drafter = JetSpecDrafter.from_pretrained(str(folder), dtype=torch.float32).eval()
-        row = {"step": step, "checkpoint": str(folder)}
-        if args.tokens_per_step:
-            row["tokens_seen"] = int(step * args.tokens_per_step)
-        trained = checkpoint_cpu_hours(folder, step)
-        if trained is not None:
-            row["train_cpu_hours"] = round(trained, 4)
-            row["cpu_hours"] = round(trained + args.data_cpu_hours, 4)
-        for j in [int(x) for x in args.jacobi_passes.split(",")]:
-            # the drafter alone: full blocks every round (no round policy, no n-gram proposals)
-            r = acceptance_on_items(target, drafter, items, args.max_new_tokens, refs, num_jacobi_passes=j, budget=args.budget, policy=False)
-            row[f"tau_J{j}"] = r["tau"]
-            row[f"exact_J{j}"] = r["exact"]
-        rows.append(row)
-        print(row, flush=True)
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stints = [vars(args)]
-    if args.append and out.is_file():
-        old = json.loads(out.read_text())
-        mine = {r["checkpoint"] for r in rows}
-        rows = [r for r in old["curve"] if r["checkpoint"] not in mine] + rows
-        stints = old.get("stints", [old["config"]]) + stints
-    rows.sort(key=lambda r: (r.get("tokens_seen", 0), r["step"], r["checkpoint"]))
-    out.write_text(json.dumps({"config": vars(args), "stints": stints, "curve": rows}, indent=2) + "\n")
+    wanted = None if not args.steps else {int(x) for x in args.steps.split(",")}
+    append = args.append or args.watch is not None
+    while True:
+        evaluated = unfinished = False
+        for label, folder, output, data_hours in runs:
+            done = set()
+            if append and output.is_file():
+                done = {r["checkpoint"] for r in json.loads(output.read_text())["curve"]}
+            folders = sorted(folder.glob("checkpoint-*"), key=checkpoint_step)
+            folders = [f for f in folders if wanted is None or checkpoint_step(f) in wanted]
+            finished = (folder / "final").is_dir()
+            if args.every > 1:  # every n-th checkpoint, the starting point (checkpoint-0) and a finished run's last
+                keep = set(folders[args.every - 1 :: args.every]) | ({folders[-1]} if finished and folders else set())
+                folders = [f for f in folders if f in keep or checkpoint_step(f) == 0]
+            todo = [f for f in folders if str(f) not in done]
+            unfinished |= args.watch is not None and not finished
+            for i, f in enumerate(todo):
+                save(output, [evaluate(target, items, refs, f, args, data_hours)], args, label, append or i > 0)
+                evaluated = True
+                if args.watch is not None:
+                    break  # one checkpoint, then look at every run again
+        if args.watch is None or not (evaluated or unfinished):
+            return
+        if not evaluated:
+            time.sleep(args.watch)
 
 
 if __name__ == "__main__":
