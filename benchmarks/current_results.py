@@ -32,13 +32,13 @@ CURRENT = [
         ("HumanEval", "qwen15_shipped_humaneval_bf16.json", "jetspec-tree-policy"),
         ("MT-Bench coding + reasoning", "qwen15_shipped_mt-bench-code-reasoning_bf16.json", "jetspec-tree-policy"),
     ]),
-    ("Sampling, top-p 0.9, drafts drawn from the drafter's q (the defaults: tree rounds, Qwen chains above T = 0.5)", [
-        ("SmolLM2, MT-Bench, T = 0.7", "sampling_smollm2_mt-bench_t0.7.json", "jetspec-tree-policy"),
-        ("SmolLM2, MT-Bench, T = 1.0", "sampling_smollm2_mt-bench_t1.0.json", "jetspec-tree-policy"),
-        ("SmolLM2, GSM8K, T = 0.7", "sampling_smollm2_gsm8k_t0.7.json", "jetspec-tree-policy"),
-        ("SmolLM2, HumanEval, T = 0.7", "sampling_smollm2_humaneval_t0.7.json", "jetspec-tree-policy"),
-        ("Qwen, HumanEval, T = 0.7 (chains)", "sampling_qwen_humaneval_t0.7.json", "jetspec"),
-        ("Qwen, HumanEval, T = 0.2", "sampling_qwen_humaneval_t0.2.json", "jetspec-tree-policy"),
+    ("Sampling, top-p 0.9, drafts drawn from the drafter's q (the defaults: chain rounds above T = 0.5, tree rounds up to it)", [
+        ("SmolLM2, MT-Bench, T = 0.7 (10 prompts)", "sampling_smollm2_mt-bench_t0.7_defaults.json", "jetspec-chain"),
+        ("SmolLM2, MT-Bench, T = 1.0", "sampling_smollm2_mt-bench_t1.0.json", "jetspec"),
+        ("SmolLM2, GSM8K, T = 0.7", "sampling_smollm2_gsm8k_t0.7.json", "jetspec"),
+        ("SmolLM2, HumanEval, T = 0.7", "sampling_smollm2_humaneval_t0.7.json", "jetspec"),
+        ("Qwen, HumanEval, T = 0.7", "sampling_qwen_humaneval_t0.7.json", "jetspec"),
+        ("Qwen, HumanEval, T = 0.2 (trees)", "sampling_qwen_humaneval_t0.2.json", "jetspec-tree-policy"),
     ]),
     ("Long prompts, SmolLM2-135M, greedy, bf16 (summaries, quotes and code edits; chain rounds: these runs predate the tree default)", [
         ("long-2k", "long_2k_smollm2_bfloat16.json", "jetspec"),
