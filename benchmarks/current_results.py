@@ -47,7 +47,6 @@ CURRENT = [
     ]),
 ]
 
-PEERS = ("prompt-lookup", "assisted")
 CHAIN = "jetspec-chain"  # the same drafter with chain rounds, where the run measured it
 
 
@@ -80,7 +79,7 @@ def exactness(method: dict, sampled: bool) -> str:
 def chain_column(methods: dict, ours: str, peer) -> str:
     """The chain-round figure of a run: ``jetspec-chain`` where measured; in runs from before tree rounds
     became the default, ``jetspec`` ran chains."""
-    if ours in (CHAIN, "jetspec") and CHAIN not in methods or ours == CHAIN:
+    if ours == CHAIN or (ours == "jetspec" and CHAIN not in methods):
         return "(this)"
     return peer(CHAIN) if CHAIN in methods else peer("jetspec")
 

@@ -93,7 +93,7 @@ def main() -> None:
     ap.add_argument("--jacobi-passes", default="0,1")
     ap.add_argument("--budget", type=int, default=16)
     ap.add_argument("--steps", default=None, help="comma list of checkpoint steps to evaluate (default: all)")
-    ap.add_argument("--every", type=int, default=1, help="with --watch: evaluate every n-th checkpoint (and the last)")
+    ap.add_argument("--every", type=int, default=1, help="evaluate every n-th checkpoint (plus checkpoint-0 and a finished run's last)")
     ap.add_argument("--dtype", default="float32", choices=["auto", "bfloat16", "float32"], help="the target's dtype")
     ap.add_argument("--tokens-per-step", type=float, default=None,
                     help="training tokens per optimizer step (batch size x mean sequence length): adds tokens_seen to each row")

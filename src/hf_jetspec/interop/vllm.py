@@ -154,8 +154,7 @@ def dflash_state_and_config(drafter, dtype: torch.dtype) -> tuple[dict, dict]:
     vLLM's first-maximum argmax over the target vocabulary picks the token ours does."""
     require_servable(drafter.config)
     state = {k: v.detach().to("cpu") for k, v in drafter.state_dict().items()}
-    vocab = state.pop("draft_vocab", None) if drafter.config.draft_vocab_size is not None else None
-    state.pop("draft_vocab", None)
+    vocab = state.pop("draft_vocab", None)  # present only for a restricted draft vocabulary
     full = copy.deepcopy(drafter.config)
     full.draft_vocab_size = None
     state, config = jetspec_to_dflash(state, full)
@@ -180,7 +179,6 @@ def export_for_vllm(drafter, output: str | os.PathLike, dtype: torch.dtype | str
     mask token, no per-head q/k norms, ...)."""
     from safetensors.torch import save_file
 
-    require_servable(drafter.config)
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     if dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise ValueError(f"dtype must be float32, float16 or bfloat16, got {dtype}")
