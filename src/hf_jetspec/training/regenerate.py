@@ -245,10 +245,12 @@ def generate_with_features(target, prompts: list[list[int]], sampled: list[bool]
 
 def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int], config: RegenerationConfig,
                target_name: str = "", prompts: list[RegenerationPrompt] | None = None, source_stats: dict | None = None,
-               resume: bool = False, progress: bool = True) -> RegenerationManifest:
+               resume: bool = False, progress: bool = True, deadline: float | None = None) -> RegenerationManifest:
     """Answer ``prompts`` (default :func:`regeneration_prompts`) with ``target`` and write the feature
     cache and ``regeneration.json`` to ``folder``. ``resume`` continues a run with the same options:
-    its finished shards are kept and generation goes on from the next prompt."""
+    its finished shards are kept and generation goes on from the next prompt. ``deadline`` (a
+    ``time.perf_counter()`` value) stops before the first batch that would start after it; the cache
+    then holds every answered prompt and a later ``resume`` goes on from there."""
     from tqdm.auto import tqdm
 
     if prompts is None:
@@ -297,7 +299,11 @@ def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int
     torch.manual_seed(config.seed + done)
     target.eval()
     bar = tqdm(total=len(prompts), initial=done, desc="regenerating", unit="prompt", disable=not progress)
+    upto = len(prompts)
     for b0 in range(done, len(prompts), config.batch_size):
+        if deadline is not None and time.perf_counter() >= deadline:
+            upto = b0
+            break
         batch = prompts[b0 : b0 + config.batch_size]
         t0, c0 = time.perf_counter(), time.process_time()
         items = generate_with_features(target, [p.input_ids for p in batch], [p.sampled for p in batch], layer_ids,
@@ -312,7 +318,7 @@ def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int
                 write_manifest()
         bar.update(len(batch))
         bar.set_postfix_str(f"{manifest.tokens_per_s:.1f} tok/s")
-    writer.close(len(prompts))
+    writer.close(upto)
     write_manifest()
     bar.close()
     return manifest
