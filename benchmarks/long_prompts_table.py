@@ -4,6 +4,10 @@
 
 Each JSON is one interleaved ``hf-jetspec bench --prompts long-SIZE`` run. A kind's speed is its
 items' new tokens over their seconds, per method, against AR's on the same items of the same run.
+Runs that recorded each generation's first delivered chunk (``first_chunk_s_per_item``) also get
+the prefill's share of AR's time, the end-to-end ceiling it implies (AR's time over the prefill
+alone: what a method with free decoding would reach) and the decoding speedup (tokens after the
+first chunk over the time after it).
 """
 
 from __future__ import annotations
@@ -11,6 +15,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from hf_jetspec.tools.bench import decode_rate  # noqa: E402
 
 
 def kind_rows(result: dict) -> list[dict]:
@@ -21,19 +30,30 @@ def kind_rows(result: dict) -> list[dict]:
         picked = [i for i, item in enumerate(items) if kind == "all" or item.startswith(f"long-{kind}-")]
         if not picked:
             continue
-        speed = {}
+        speed, decode = {}, {}
         for name, m in methods.items():
-            tokens = sum(len(m["outputs"][i]) for i in picked)
-            seconds = sum(m["seconds_per_item"][i] for i in picked)
-            speed[name] = tokens / seconds
+            tokens = [len(m["outputs"][i]) for i in picked]
+            seconds = [m["seconds_per_item"][i] for i in picked]
+            speed[name] = sum(tokens) / sum(seconds)
+            if "first_chunk_s_per_item" in m:
+                first_s = [m["first_chunk_s_per_item"][i] for i in picked]
+                first_tokens = [m.get("first_chunk_tokens_per_item", [1] * len(items))[i] for i in picked]
+                decode[name] = decode_rate(tokens, seconds, first_tokens, first_s)
         row = {"dtype": result["config"]["dtype"], "set": result["config"]["prompts"], "kind": kind, "prompts": len(picked),
                "ar_tok_s": speed["ar"]}
+        if "ar" in decode:
+            ar_first = sum(methods["ar"]["first_chunk_s_per_item"][i] for i in picked)
+            ar_total = sum(methods["ar"]["seconds_per_item"][i] for i in picked)
+            row["prefill_share"] = ar_first / ar_total
+            row["ceiling"] = ar_total / ar_first
         for name in methods:
             if name != "ar":
                 row[name] = speed[name] / speed["ar"]
                 row[f"{name}_tau"] = methods[name].get("tau")
                 row[f"{name}_ties"] = methods[name].get("tie_explained_vs_ar")
                 row[f"{name}_exact"] = methods[name].get("exact_match_vs_ar")
+                if name in decode and "ar" in decode:
+                    row[f"{name}_decode"] = decode[name] / decode["ar"]
         rows.append(row)
     return rows
 
@@ -55,6 +75,16 @@ def main(paths: list[str]) -> None:
         ties = "" if r["kind"] != "all" else f"{share('prompt-lookup_ties')} / {share('jetspec_ties')}"
         exact = "" if r["kind"] != "all" else f"{share('prompt-lookup_exact')} / {share('jetspec_exact')}"
         print(f"| {r['dtype']} | {label} | {r['prompts']} | {r['ar_tok_s']:.1f} | {pl:.2f}x | **{js:.2f}x** | {js / pl:.2f} | {exact} | {ties} |")
+    decoded = [r for r in rows if "ceiling" in r]
+    if decoded:
+        print()
+        print("| dtype | set | AR's time in the prefill | end-to-end ceiling | prompt lookup, decoding | jetspec, decoding |")
+        print("|---|---|---|---|---|---|")
+        for r in decoded:
+            label = r["set"] if r["kind"] == "all" else f"{r['set']}, {r['kind']}"
+            pl, js = r.get("prompt-lookup_decode"), r.get("jetspec_decode")
+            print(f"| {r['dtype']} | {label} | {100 * r['prefill_share']:.0f}% | {r['ceiling']:.2f}x | "
+                  f"{'-' if pl is None else f'{pl:.2f}x'} | {'-' if js is None else f'**{js:.2f}x**'} |")
 
 
 if __name__ == "__main__":

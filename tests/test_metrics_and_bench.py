@@ -45,8 +45,18 @@ def test_bench_schema(tmp_path):
     jet = saved["methods"]["jetspec"]
     assert sum(jet["source_counts"].values()) == jet["rounds"] and jet["cost_model"]["verify_ms"]
     assert saved["methods"]["jetspec"]["divergences"] == [] and saved["methods"]["jetspec"]["tie_explained_vs_ar"] is None
+    for m in saved["methods"].values():  # prefill and decoding apart: the first chunk comes before the end of each generation
+        assert all(0 < f < s for f, s in zip(m["first_chunk_s_per_item"], m["seconds_per_item"])) and m["decode_tokens_per_s"] > 0
+    assert saved["methods"]["ar"]["first_chunk_tokens_per_item"] == [1, 1] and saved["methods"]["ar"]["decode_speedup_vs_ar"] == 1.0
     with pytest.raises(ValueError, match="unknown method"):
         BenchConfig(methods=("ar", "medusa"))
+
+
+def test_decode_rate_counts_tokens_and_time_after_the_first_chunk():
+    from hf_jetspec.tools.bench import decode_rate
+
+    assert decode_rate([11, 21], [3.0, 5.0], [1, 1], [1.0, 1.0]) == 5.0  # 30 tokens in 6 s
+    assert decode_rate([4], [2.0], [4], [2.0]) == 0.0  # everything came in the first chunk: no decoding phase
 
 
 @pytest.mark.slow

@@ -122,6 +122,8 @@ class MethodRecord:
     tokens: list[int] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
     outputs: list[list[int]] = field(default_factory=list)
+    first_chunk_s: list[float] = field(default_factory=list)  # time to the first delivered chunk (prefill + first step)
+    first_chunk_tokens: list[int] = field(default_factory=list)
     committed: list[int] = field(default_factory=list)
     rounds: list[int] = field(default_factory=list)
     accepted: list[list[int]] = field(default_factory=list)
@@ -133,17 +135,22 @@ class RoundCounter:
     """A generate streamer that records how many tokens each ``put`` delivers.
 
     transformers puts the prompt first, then one chunk per decoding step: per token for plain
-    decoding, per verification round (accepted tokens + bonus) for assisted decoding.
+    decoding, per verification round (accepted tokens + bonus) for assisted decoding. The clock time
+    of the first chunk (``first_at``) splits a generation into its prefill (the prompt's forward,
+    which every method pays alike) and its decoding.
     """
 
     def __init__(self):
         self.chunks: list[int] = []
         self._prompt_seen = False
+        self.first_at: float | None = None
 
     def put(self, value):
         if not self._prompt_seen:
             self._prompt_seen = True
             return
+        if self.first_at is None:
+            self.first_at = time.perf_counter()
         self.chunks.append(int(value.numel()))
 
     def end(self):
@@ -409,6 +416,7 @@ def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True) -
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             elapsed = time.perf_counter() - t0
+        counter.first_chunk_s = (counter.first_at - t0) if counter.first_at is not None else elapsed
         return out[0, ids.shape[1] :].tolist(), elapsed, counter, mem.peak_mb
 
     items = setup.items
@@ -442,6 +450,8 @@ def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True) -
             rec.tokens.append(len(tokens))
             rec.seconds.append(elapsed)
             rec.outputs.append(tokens)
+            rec.first_chunk_s.append(counter.first_chunk_s)
+            rec.first_chunk_tokens.append(counter.chunks[0] if counter.chunks else len(tokens))
             rec.peak_memory_mb = max(rec.peak_memory_mb, peak)
             if name in JETSPEC_VARIANTS:
                 _add_generation_stats(rec, _drafter_of(setup, name).generation_stats)
@@ -534,6 +544,17 @@ def score_divergences(config: BenchConfig, setup: BenchSetup, records: dict[str,
     return out
 
 
+def decode_rate(tokens: list[int], seconds: list[float], first_tokens: list[int], first_seconds: list[float]) -> float:
+    """Tokens per second after each generation's first delivered chunk (what TPOT measures).
+
+    >>> decode_rate([11, 21], [3.0, 5.0], [1, 1], [1.0, 1.0])
+    5.0
+    """
+    rest = sum(max(t - f, 0) for t, f in zip(tokens, first_tokens))
+    span = sum(max(s - f, 0.0) for s, f in zip(seconds, first_seconds))
+    return rest / span if span > 0 else 0.0
+
+
 def summarise(config: BenchConfig, setup: BenchSetup, records: dict[str, MethodRecord], numerics: dict | None) -> dict:
     """The result dict: per-method metrics (through the ``evaluate`` modules), config and environment."""
     from .dtypes import dtype_name
@@ -561,6 +582,13 @@ def summarise(config: BenchConfig, setup: BenchSetup, records: dict[str, MethodR
         if name != "ar":
             acc = acceptance.compute(committed_tokens=rec.committed, rounds=rec.rounds, accepted_lengths=rec.accepted)
             entry.update(tau=acc["tau"], rounds=acc["rounds"], accept_length_hist=acc["accept_length_hist"])
+        if rec.first_chunk_s:
+            # decoding alone: after the first delivered chunk (the prefill, the same forward for every method)
+            entry["first_chunk_s_per_item"] = [round(x, 4) for x in rec.first_chunk_s]
+            entry["first_chunk_tokens_per_item"] = rec.first_chunk_tokens
+            entry["decode_tokens_per_s"] = decode_rate(rec.tokens, rec.seconds, rec.first_chunk_tokens, rec.first_chunk_s)
+            if ar is not None and ar.first_chunk_s:
+                entry["decode_speedup_vs_ar"] = entry["decode_tokens_per_s"] / decode_rate(ar.tokens, ar.seconds, ar.first_chunk_tokens, ar.first_chunk_s)
         if ar is not None:
             entry["speedup_vs_ar"] = speedup.compute(tokens=rec.tokens, seconds=rec.seconds, baseline_tokens=ar.tokens, baseline_seconds=ar.seconds)["speedup"]
             if not sampling:
