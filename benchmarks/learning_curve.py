@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from hf_jetspec import JetSpecDrafter, load_target
-from hf_jetspec.tools.bench import acceptance_on_items, build_items
+from hf_jetspec.tools.bench import acceptance_on_items, build_items, dump_json
 from hf_jetspec.tools.data import load_eval_prompts
 
 
@@ -74,7 +74,7 @@ def save(output: Path, rows: list[dict], args, label: str | None, append: bool) 
         stints = old.get("stints", [old["config"]]) + stints
     rows.sort(key=lambda r: (r.get("tokens_seen", 0), r["step"], r["checkpoint"]))
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({"config": config, "stints": stints, "curve": rows}, indent=2) + "\n")
+    output.write_text(dump_json({"config": config, "stints": stints, "curve": rows}))
 
 
 def main() -> None:

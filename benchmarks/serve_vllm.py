@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 
 from hf_jetspec import JetSpecDrafter, load_target
-from hf_jetspec.tools.bench import build_items
+from hf_jetspec.tools.bench import build_items, dump_json
 from hf_jetspec.tools.data import load_eval_prompts
 from hf_jetspec.interop.vllm import VllmServer, export_for_vllm, speculative_config, vllm_command
 
@@ -331,7 +331,7 @@ def main() -> None:
             print(name, [round(r["tokens_per_s"], 1) for r in result["load"][name]], flush=True)
         _plot_load(result["load"], Path(args.output).with_suffix(".png"))
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+    Path(args.output).write_text(dump_json(result))
     print(f"wrote {args.output}")
 
 

@@ -159,3 +159,12 @@ def test_bench_items_past_the_target_context_are_refused(llama_target):
     assert build_items(WordTokenizer(), llama_target, [fits], 10)[0][1].shape[1] == limit - 10
     with pytest.raises(ValueError, match="exceed the target's .*-position context: lower --max-new-tokens"):
         build_items(WordTokenizer(), llama_target, [fits], 11)
+
+
+def test_dump_json_keeps_objects_indented_and_value_lists_on_one_line():
+    from hf_jetspec.tools.bench import dump_json
+
+    data = {"m": {"outputs": [[1, 2, 3], [4]], "tau": 1.5, "hist": [0, 2], "none": None, "empty": {}}, "items": ["a", "b"]}
+    text = dump_json(data)
+    assert json.loads(text) == data and text.endswith("}\n")
+    assert '"hist": [0, 2]' in text and '"items": ["a", "b"]' in text and "  [1, 2, 3],\n" in text

@@ -544,6 +544,37 @@ def score_divergences(config: BenchConfig, setup: BenchSetup, records: dict[str,
     return out
 
 
+def dump_json(data, indent: int = 1) -> str:
+    """JSON with nested objects indented and every list of plain values on one line: result files
+    stay readable and a few times smaller than one value per line (token-id outputs, histograms).
+
+    >>> print(dump_json({"a": [1, 2], "b": {"c": None}}), end="")
+    {
+     "a": [1, 2],
+     "b": {
+      "c": null
+     }
+    }
+    """
+
+    def scalar(x):
+        return x is None or isinstance(x, (bool, int, float, str))
+
+    def enc(x, depth):
+        pad, inner = " " * (indent * depth), " " * (indent * (depth + 1))
+        if isinstance(x, dict):
+            if not x:
+                return "{}"
+            return "{\n" + ",\n".join(f"{inner}{json.dumps(str(k))}: {enc(v, depth + 1)}" for k, v in x.items()) + "\n" + pad + "}"
+        if isinstance(x, (list, tuple)):
+            if all(scalar(v) for v in x):
+                return json.dumps(list(x))
+            return "[\n" + ",\n".join(inner + enc(v, depth + 1) for v in x) + "\n" + pad + "]"
+        return json.dumps(x)
+
+    return enc(data, 0) + "\n"
+
+
 def decode_rate(tokens: list[int], seconds: list[float], first_tokens: list[int], first_seconds: list[float]) -> float:
     """Tokens per second after each generation's first delivered chunk (what TPOT measures).
 
@@ -648,7 +679,7 @@ def run_bench(config: BenchConfig, progress: bool = True) -> dict:
     if config.output:
         out = Path(config.output)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
+        out.write_text(dump_json(result))
         plot_result(result, out.with_suffix(".png"))
     return result
 
