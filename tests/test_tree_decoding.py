@@ -83,6 +83,25 @@ def test_tree_rounds_run_up_to_the_temperature_limit(trained_llama):
         drafter.drafting_config = saved
 
 
+def test_tree_rounds_run_up_to_the_context_limit(trained_llama):
+    with pytest.raises(ValueError, match="tree_max_context"):
+        DraftingConfig(tree="auto", tree_max_context=0)
+    config = DraftingConfig(tree="auto", tree_max_context=8)
+    assert config.tree_rounds_for(None, 8) and not config.tree_rounds_for(None, 9) and config.tree_rounds_for(None)
+    assert DraftingConfig(tree="auto").tree_rounds_for(None, 10_000)
+    # the seam dispatches on the prompt's length: chain rounds past the limit, tree rounds within it
+    target, drafter, prompts = trained_llama
+    saved = drafter.drafting_config
+    try:
+        for limit, trees in ((prompts.shape[1], True), (prompts.shape[1] - 1, False)):
+            drafter.drafting_config = DraftingConfig(budget=8, tree="auto", tree_max_context=limit)
+            ref = target.generate(prompts[:1], do_sample=False, max_new_tokens=24)
+            out = target.generate(prompts[:1], assistant_model=drafter, do_sample=False, max_new_tokens=24)
+            assert torch.equal(ref, out) and bool(drafter.generation_stats.tree_nodes) == trees, limit
+    finally:
+        drafter.drafting_config = saved
+
+
 @pytest.mark.parametrize("policy", [False, True])
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("budget", [8, 16])

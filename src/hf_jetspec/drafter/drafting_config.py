@@ -80,6 +80,10 @@ class DraftingConfig:
             ``q``; where ``q`` alone carries long runs, the chain's cheaper round wins (the shipped
             Qwen2.5-Coder-1.5B drafter sets 0.5: trees 3.21x against chains 2.85x at T = 0.2,
             2.58x against 2.92x at T = 0.7; benchmarks/README.md, "Sampling").
+        tree_max_context: tree rounds run only for prompts of up to this many tokens, chains for
+            longer ones (None: trees at every length). A tree's nodes each attend over the whole
+            cache, so its verification grows with the context faster than a chain's (benchmarks/README.md,
+            "Long prompts").
         tree_top_k: candidates per position a tree may branch into (``"auto"``). 8 gave a higher tau than
             2, 3, 4 and 6 at budget 8 and than 4 at budget 16 (benchmarks/README.md).
         tree_jacobi_passes: Jacobi passes in tree rounds (None: ``num_jacobi_passes``). Depth-1
@@ -137,6 +141,7 @@ class DraftingConfig:
     tree_branches: int = 0
     tree_jacobi_passes: int | None = None
     tree_max_temperature: float | None = None
+    tree_max_context: int | None = None
     context_window: int | None = None
     sampled_drafts: bool = True
     proposal_sharpness: float = 1.0
@@ -180,6 +185,9 @@ class DraftingConfig:
         if self.tree_max_temperature is not None and (isinstance(self.tree_max_temperature, bool) or not isinstance(
                 self.tree_max_temperature, (int, float)) or not self.tree_max_temperature >= 0):
             raise ValueError(f"tree_max_temperature must be None or a number >= 0, got {self.tree_max_temperature!r}")
+        if self.tree_max_context is not None and (isinstance(self.tree_max_context, bool) or not isinstance(self.tree_max_context, int)
+                                                  or self.tree_max_context < 1):
+            raise ValueError(f"tree_max_context must be None or an int >= 1, got {self.tree_max_context!r}")
         if not isinstance(self.tree_top_k, int) or self.tree_top_k < 1:
             raise ValueError(f"tree_top_k must be an int >= 1, got {self.tree_top_k!r}")
         if not isinstance(self.tree_branches, int) or not 0 <= self.tree_branches < self.tree_top_k:
@@ -219,10 +227,13 @@ class DraftingConfig:
     def runs_tree_rounds(self) -> bool:
         return self.tree is not None and self.tree_fallback_reason is None
 
-    def tree_rounds_for(self, generation_config) -> bool:
-        """Whether a ``generate`` call with ``generation_config`` runs tree rounds: ``tree`` set, no
-        chain-only feature asked for, and (when sampling) a temperature up to ``tree_max_temperature``."""
+    def tree_rounds_for(self, generation_config, context_length: int | None = None) -> bool:
+        """Whether a ``generate`` call with ``generation_config`` and a prompt of ``context_length``
+        tokens runs tree rounds: ``tree`` set, no chain-only feature asked for, the prompt within
+        ``tree_max_context`` and (when sampling) a temperature up to ``tree_max_temperature``."""
         if not self.runs_tree_rounds:
+            return False
+        if self.tree_max_context is not None and context_length is not None and context_length > self.tree_max_context:
             return False
         if generation_config is None or not generation_config.do_sample or self.tree_max_temperature is None:
             return True

@@ -100,7 +100,7 @@ def _jetspec_decoding(original, self, input_ids, *args, **kwargs):
     reason = drafter.drafting_config.tree_fallback_reason
     if reason is not None:
         logger.warning_once(f"hf_jetspec: tree={drafter.drafting_config.tree!r} falls back to chain rounds: {reason}")
-    if drafter.drafting_config.tree_rounds_for(kwargs.get("generation_config")) and not args:
+    if drafter.drafting_config.tree_rounds_for(kwargs.get("generation_config"), input_ids.shape[1]) and not args:
         from .tree_decoding import tree_decoding  # tree rounds: our own verification loop
 
         names = ("logits_processor", "stopping_criteria", "generation_config", "synced_gpus", "streamer", "inputs_tensor",
