@@ -58,33 +58,52 @@ def kind_rows(result: dict) -> list[dict]:
     return rows
 
 
+def default_and_trees(r: dict, suffix: str = "") -> tuple:
+    """(the defaults' figure, the tree rounds' figure or None). The defaults run chain rounds past
+    1,024 prompt tokens: ``jetspec-chain`` where a run measured both, else ``jetspec`` (runs from
+    before tree rounds existed ran chains)."""
+    if f"jetspec-chain{suffix}" in r:
+        return r[f"jetspec-chain{suffix}"], r.get(f"jetspec{suffix}")
+    return r.get(f"jetspec{suffix}"), None
+
+
+def _x(value, bold: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"**{value:.2f}x**" if bold else f"{value:.2f}x"
+
+
 def main(paths: list[str]) -> None:
     rows = []
     for path in paths:
         rows += kind_rows(json.loads(Path(path).read_text()))
     rows.sort(key=lambda r: (r["dtype"], int(r["set"].split("-")[-1][:-1]), ("all", "chat", "code").index(r["kind"])))
-    print("| dtype | set | prompts | AR tok/s | prompt lookup | jetspec | jetspec / prompt lookup | identical to AR (PL / jetspec) | divergences tie-explained |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| dtype | set | prompts | AR tok/s | prompt lookup | jetspec (defaults: chain rounds) | tree rounds | defaults / prompt lookup | "
+          "identical to AR (PL / jetspec) | divergences tie-explained |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         label = r["set"] if r["kind"] == "all" else f"{r['set']}, {r['kind']}"
-        pl, js = r.get("prompt-lookup"), r.get("jetspec")
+        pl = r.get("prompt-lookup")
+        js, trees = default_and_trees(r)
+        ours = "jetspec-chain" if "jetspec-chain" in r else "jetspec"
+
         def share(key):  # None: nothing to explain (no divergence)
             value = r.get(key)
             return "-" if value is None else f"{value:.2f}"
 
-        ties = "" if r["kind"] != "all" else f"{share('prompt-lookup_ties')} / {share('jetspec_ties')}"
-        exact = "" if r["kind"] != "all" else f"{share('prompt-lookup_exact')} / {share('jetspec_exact')}"
-        print(f"| {r['dtype']} | {label} | {r['prompts']} | {r['ar_tok_s']:.1f} | {pl:.2f}x | **{js:.2f}x** | {js / pl:.2f} | {exact} | {ties} |")
+        ties = "" if r["kind"] != "all" else f"{share('prompt-lookup_ties')} / {share(ours + '_ties')}"
+        exact = "" if r["kind"] != "all" else f"{share('prompt-lookup_exact')} / {share(ours + '_exact')}"
+        print(f"| {r['dtype']} | {label} | {r['prompts']} | {r['ar_tok_s']:.1f} | {_x(pl)} | {_x(js, True)} | {_x(trees)} | {js / pl:.2f} | {exact} | {ties} |")
     decoded = [r for r in rows if "ceiling" in r]
     if decoded:
         print()
-        print("| dtype | set | AR's time in the prefill | end-to-end ceiling | prompt lookup, decoding | jetspec, decoding |")
-        print("|---|---|---|---|---|---|")
+        print("| dtype | set | AR's time in the prefill | end-to-end ceiling | prompt lookup, decoding | jetspec (defaults), decoding | tree rounds, decoding |")
+        print("|---|---|---|---|---|---|---|")
         for r in decoded:
             label = r["set"] if r["kind"] == "all" else f"{r['set']}, {r['kind']}"
-            pl, js = r.get("prompt-lookup_decode"), r.get("jetspec_decode")
-            print(f"| {r['dtype']} | {label} | {100 * r['prefill_share']:.0f}% | {r['ceiling']:.2f}x | "
-                  f"{'-' if pl is None else f'{pl:.2f}x'} | {'-' if js is None else f'**{js:.2f}x**'} |")
+            js, trees = default_and_trees(r, "_decode")
+            print(f"| {r['dtype']} | {label} | {100 * r['prefill_share']:.0f}% | {r['ceiling']:.2f}x | {_x(r.get('prompt-lookup_decode'))} | "
+                  f"{_x(js, True)} | {_x(trees)} |")
 
 
 if __name__ == "__main__":
