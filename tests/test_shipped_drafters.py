@@ -15,22 +15,43 @@ from hf_jetspec.tools.targets import EMBEDDED_TARGETS, MissingEmbeddedPackageErr
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = [t.name for t in EMBEDDED_TARGETS.values() if t.companion_drafter]
+SERVABLE = {"jetspec-smollm2-135m-dflash": "smollm2-135m"}  # shipped for serving with vLLM (hf-jetspec export-vllm)
 PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 
 
 def test_every_shipped_drafter_folder_is_hub_ready():
     folders = sorted(p for p in (ROOT / "hub_cards").iterdir() if (p / "model.safetensors").is_file())
-    assert {p.name for p in folders} == {EMBEDDED_TARGETS[n].companion_drafter for n in SHIPPED}
+    assert {p.name for p in folders} == {EMBEDDED_TARGETS[n].companion_drafter for n in SHIPPED} | set(SERVABLE)
     for folder in folders:
         config = json.loads((folder / "config.json").read_text())
         assert config["model_type"] == "jetspec_drafter"
         card = (folder / "README.md").read_text()
         assert card.startswith("---\n") and f"base_model: {config['target_name_or_path']}" in card
         assert "```bash" in card  # the reproducing commands
+        drafting = json.loads((folder / "drafting_config.json").read_text())
+        if folder.name in SERVABLE:  # vLLM's layout, full blocks every round as vLLM runs them: no policy to calibrate
+            from hf_jetspec.drafter.configuration_drafter import JetSpecDrafterConfig
+            from hf_jetspec.interop.vllm import vllm_servable_errors
+
+            assert vllm_servable_errors(JetSpecDrafterConfig.from_pretrained(folder)) == [] and drafting["policy"] is False
+            continue
         assert (folder / "acceptance_calibration.json").is_file(), f"{folder.name}: the round policy is not calibrated"
         sampled = json.loads((folder / "acceptance_calibration_sampled.json").read_text())
         assert sampled["temperature"] > 0 and sampled["weights"], f"{folder.name}: no fit on sampled rounds"
         assert "proposal_sharpness" in json.loads((folder / "drafting_config.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folder_name", sorted(SERVABLE))
+def test_servable_drafter_loads_against_its_target_and_is_exact(folder_name):
+    from hf_jetspec import JetSpecDrafter
+
+    target, tok = load_target(SERVABLE[folder_name])  # float32
+    drafter = JetSpecDrafter.from_pretrained(ROOT / "hub_cards" / folder_name)
+    enc = tok.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    ref = target.generate(**enc, do_sample=False, max_new_tokens=24)
+    out = target.generate(**enc, assistant_model=drafter, do_sample=False, max_new_tokens=24)
+    assert torch.equal(ref, out) and drafter.generation_stats.rounds > 0
 
 
 @pytest.mark.slow
