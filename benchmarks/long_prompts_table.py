@@ -37,7 +37,7 @@ def kind_rows(result: dict) -> list[dict]:
             speed[name] = sum(tokens) / sum(seconds)
             if "first_chunk_s_per_item" in m:
                 first_s = [m["first_chunk_s_per_item"][i] for i in picked]
-                first_tokens = [m.get("first_chunk_tokens_per_item", [1] * len(items))[i] for i in picked]
+                first_tokens = [m["first_chunk_tokens_per_item"][i] for i in picked]
                 decode[name] = decode_rate(tokens, seconds, first_tokens, first_s)
         row = {"dtype": result["config"]["dtype"], "set": result["config"]["prompts"], "kind": kind, "prompts": len(picked),
                "ar_tok_s": speed["ar"]}

@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from hf_jetspec import JetSpecDrafter
+from hf_jetspec.drafter.configuration_drafter import JetSpecDrafterConfig
+from hf_jetspec.interop.vllm import vllm_servable_errors
 from hf_jetspec.tools.targets import EMBEDDED_TARGETS, MissingEmbeddedPackageError, companion_drafter_path, load_drafter_for, load_target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,9 +33,6 @@ def test_every_shipped_drafter_folder_is_hub_ready():
         assert "```bash" in card  # the reproducing commands
         drafting = json.loads((folder / "drafting_config.json").read_text())
         if folder.name in SERVABLE:  # vLLM's layout, full blocks every round as vLLM runs them: no policy to calibrate
-            from hf_jetspec.drafter.configuration_drafter import JetSpecDrafterConfig
-            from hf_jetspec.interop.vllm import vllm_servable_errors
-
             assert vllm_servable_errors(JetSpecDrafterConfig.from_pretrained(folder)) == [] and drafting["policy"] is False
             continue
         assert (folder / "acceptance_calibration.json").is_file(), f"{folder.name}: the round policy is not calibrated"
@@ -44,8 +44,6 @@ def test_every_shipped_drafter_folder_is_hub_ready():
 @pytest.mark.slow
 @pytest.mark.parametrize("folder_name", sorted(SERVABLE))
 def test_servable_drafter_loads_against_its_target_and_is_exact(folder_name):
-    from hf_jetspec import JetSpecDrafter
-
     target, tok = load_target(SERVABLE[folder_name])  # float32
     drafter = JetSpecDrafter.from_pretrained(ROOT / "hub_cards" / folder_name)
     enc = tok.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True, return_tensors="pt", return_dict=True)

@@ -27,7 +27,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 from transformers import TrainerCallback
@@ -115,13 +115,15 @@ class _TimeBudget(TrainerCallback):
         self.budget_s = budget_s
         self.moments = save_moments(budget_s, points)
         self.t0: float | None = None
+        self.cpu0 = 0.0
         self.saved_at: dict[int, float] = {}  # step -> elapsed training seconds when its checkpoint was written
+        self.cpu_hours_at: dict[int, float] = {}  # step -> CPU-hours (all threads) spent training up to that checkpoint
 
     def elapsed(self) -> float:
         return 0.0 if self.t0 is None else time.perf_counter() - self.t0
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.t0 = time.perf_counter()
+        self.t0, self.cpu0 = time.perf_counter(), time.process_time()
 
     def on_step_end(self, args, state, control, **kwargs):
         elapsed = self.elapsed()
@@ -136,6 +138,7 @@ class _TimeBudget(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         self.saved_at[state.global_step] = round(self.elapsed(), 1)
+        self.cpu_hours_at[state.global_step] = round((time.process_time() - self.cpu0) / 3600.0, 5)
 
 
 def _budget_trainer(base, clock: _TimeBudget, warmup_steps: int, train_s: float):
@@ -179,7 +182,7 @@ def run_pipeline(target, tokenizer, output: str | os.PathLike, config: PipelineC
     # 1. regenerate
     regen_cfg = config.regeneration
     if str(target.dtype) == "torch.bfloat16" and regen_cfg.states_dtype != "bfloat16":
-        regen_cfg = RegenerationConfig(**(asdict(regen_cfg) | {"states_dtype": "bfloat16"}))
+        regen_cfg = replace(regen_cfg, states_dtype="bfloat16")
     cache_dir = os.path.join(out, "regenerated")
     manifest = regenerate(target, tokenizer, cache_dir, layer_ids, regen_cfg, target_name, prompts=prompts, progress=progress,
                           resume=os.path.isfile(os.path.join(cache_dir, "regeneration.json")),
@@ -206,7 +209,7 @@ def run_pipeline(target, tokenizer, output: str | os.PathLike, config: PipelineC
     trainer_cls = _budget_trainer(JetSpecTrainer, clock, config.warmup_steps, train_s)
     trainer = trainer_cls(model=drafter, args=args, target=target, train_dataset=dataset, data_collator=FeatureCacheCollator(pad_id),
                           callbacks=[clock])
-    t_train, cpu_train = time.perf_counter(), time.process_time() / 3600.0  # the trainer's cpu_hours count the whole process
+    t_train = time.perf_counter()
     trainer.train()
     train_seconds = time.perf_counter() - t_train
     steps = trainer.state.global_step
@@ -215,7 +218,6 @@ def run_pipeline(target, tokenizer, output: str | os.PathLike, config: PipelineC
 
     # 3. evaluate every checkpoint (the learning curve)
     t_eval = time.perf_counter()
-    logged = {row["step"]: row for row in trainer.state.log_history if "cpu_hours" in row and "step" in row}
     ckpt_root = os.path.join(out, "checkpoints")
     folders = sorted((int(n.split("-")[-1]), os.path.join(ckpt_root, n)) for n in os.listdir(ckpt_root) if n.startswith("checkpoint-"))
     references: dict = {}
@@ -225,10 +227,9 @@ def run_pipeline(target, tokenizer, output: str | os.PathLike, config: PipelineC
         model = JetSpecDrafter.from_pretrained(folder, dtype=torch.float32).eval()
         r = acceptance_on_items(target, model, items, config.eval_new_tokens, references, num_jacobi_passes=config.jacobi_passes,
                                 budget=config.budget, policy=False)
-        cpu = [row["cpu_hours"] - cpu_train for s, row in sorted(logged.items()) if s <= step]
         curve.append({"step": step, "tau": round(r["tau"], 4), "identical_to_plain": r["exact"], "regenerate_seconds": round(regen_s, 1),
                       "train_seconds": clock.saved_at.get(step),
-                      "train_cpu_hours": round(cpu[-1], 5) if cpu else None, "regenerate_cpu_hours": round(manifest.cpu_seconds / 3600, 4)})
+                      "train_cpu_hours": clock.cpu_hours_at.get(step), "regenerate_cpu_hours": round(manifest.cpu_seconds / 3600, 4)})
     evaluate_seconds = time.perf_counter() - t_eval
     result = PipelineResult(final, manifest.num_sequences, manifest.generated_tokens, round(regen_s, 1), round(manifest.tokens_per_s, 1),
                             steps, round(train_seconds, 1), round(evaluate_seconds, 1), curve, str(target.device))
