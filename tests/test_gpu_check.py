@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = {"environment", "exactness", "bf16_ties", "system_timing", "smollm2", "ctmc_cost", "kernels", "train_pipeline"}
+SECTIONS = {"environment", "exactness", "bf16_ties", "system_timing", "smollm2", "long_prompts", "ctmc_cost", "kernels", "train_pipeline"}
 
 
 def test_gpu_check_dry_run(tmp_path):
@@ -22,6 +22,8 @@ def test_gpu_check_dry_run(tmp_path):
     timing = {r["method"]: r for r in data["sections"]["system_timing"]["rows"]}
     assert timing["oracle tau=4"]["tau"] > timing["oracle tau=2"]["tau"]  # the oracle controls acceptance
     assert all(r.get("exact", True) for r in timing.values())
+    long = data["sections"]["long_prompts"]  # fp32 in the dry run: every method writes plain decoding's tokens
+    assert "skipped" in long or (long["ar_prefill_share"] > 0 and all(r["identical_to_ar"] in ("-", "1/1") for r in long["rows"]))
     pipeline = data["sections"]["train_pipeline"]  # regenerate, train, evaluate within the budget
     assert pipeline["regenerated_sequences"] > 0 and pipeline["train_steps"] > 0 and pipeline["curve"] and pipeline["all_identical"]  # fp32
     assert (tmp_path / "gpu_check.md").read_text().startswith("# GPU check (dry run")
