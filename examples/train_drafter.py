@@ -60,6 +60,8 @@ def main() -> None:
     ap.add_argument("--save-total-limit", type=int, default=None, help="keep only the latest N checkpoints (default: keep all, for the learning curve)")
     ap.add_argument("--divergence", default="forward_kl")
     ap.add_argument("--feature-cache", default=None, help="train on an offline feature cache (examples/cache_features.py) instead of --corpus")
+    ap.add_argument("--cache-sequences", type=int, default=None,
+                    help="with --feature-cache: train on its first N sequences only (a cache that grew since trains as it was)")
     ap.add_argument("--num-epochs", type=float, default=None, help="with --feature-cache: epochs over the cache (overrides --max-steps)")
     ap.add_argument("--lora-rank", type=int, default=None, help="train LoRA updates of this rank on the drafter layers (merged at the end)")
     ap.add_argument("--bf16", action="store_true")
@@ -88,8 +90,10 @@ def main() -> None:
     else:
         drafter = JetSpecDrafter.for_target(target, init_layers_from_target=args.init_layers_from_target, **overrides)
     if args.feature_cache:
-        corpus, collator = FeatureCacheDataset(args.feature_cache, layer_ids=drafter.config.target_layer_ids), FeatureCacheCollator(pad_id)
-        print(f"{len(corpus)} cached training sequences, {corpus.info.num_tokens} tokens, top-{corpus.info.top_k} target distributions")
+        corpus = FeatureCacheDataset(args.feature_cache, layer_ids=drafter.config.target_layer_ids, max_sequences=args.cache_sequences)
+        collator = FeatureCacheCollator(pad_id)
+        tokens = f"{corpus.info.num_tokens} tokens" if args.cache_sequences is None else f"the first {len(corpus)} of {corpus.info.num_sequences}"
+        print(f"{len(corpus)} cached training sequences ({tokens}), top-{corpus.info.top_k} target distributions")
     else:
         corpus, collator = load_training_corpus(tokenizer, args.corpus, args.num_sequences, args.seq_len, args.seed), CorpusCollator(pad_id)
         print(f"{len(corpus)} training sequences, {sum(len(c['input_ids']) for c in corpus)} tokens")

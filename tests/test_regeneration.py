@@ -94,6 +94,10 @@ def test_regenerate_writes_a_resumable_cache_with_its_manifest(llama_target, tmp
     # CPU time adds up over stints: the cost axis of recipe comparisons
     assert 0 < part.cpu_seconds < resumed.cpu_seconds and resumed.cpu_seconds_from == 0
     again = FeatureCacheDataset(tmp_path / "part")
+    first = FeatureCacheDataset(tmp_path / "part", max_sequences=3)  # the cache as it was before it grew
+    assert len(first) == 3 and torch.equal(first[2]["input_ids"], again[2]["input_ids"])
+    with pytest.raises(ValueError, match="holds 5 sequences"):
+        FeatureCacheDataset(tmp_path / "part", max_sequences=6)
     for i in range(5):
         assert torch.equal(again[i]["input_ids"], data[i]["input_ids"])
         # batches are composed differently (padding), so states agree to rounding

@@ -222,9 +222,10 @@ class FeatureCacheDataset(Dataset):
     """Training sequences with their cached target features (one item per sequence).
 
     ``layer_ids``: read only these of the stored layers (a drafter reading fewer layers trains on
-    the same cache); ``info.target_layer_ids`` then names them."""
+    the same cache); ``info.target_layer_ids`` then names them. ``max_sequences``: only the cache's
+    first N sequences (a cache that grew since, e.g. by a resumed regeneration, trains as it was)."""
 
-    def __init__(self, folder: str | os.PathLike, layer_ids: list[int] | None = None):
+    def __init__(self, folder: str | os.PathLike, layer_ids: list[int] | None = None, max_sequences: int | None = None):
         self.folder = str(folder)
         self.info = load_feature_cache_info(folder)
         self._columns = None
@@ -237,6 +238,10 @@ class FeatureCacheDataset(Dataset):
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"feature-cache shard {path} is missing; rebuild the cache")
             self._where.extend((path, shard["first"] + j) for j in range(shard["count"]))
+        if max_sequences is not None:
+            if not 0 < max_sequences <= len(self._where):
+                raise ValueError(f"max_sequences={max_sequences}: the cache in {folder} holds {len(self._where)} sequences")
+            self._where = self._where[:max_sequences]
         self._open: dict[str, object] = {}
 
     def __len__(self) -> int:
