@@ -4,7 +4,8 @@
         --prompts gsm8k --limit 6 --offset 200 --max-new-tokens 128 --output benchmarks/results/learning_curve.json
 
 tau needs no timing, so this can run on a busy machine. tau is the drafter's alone: a full block
-every round, the round policy off. ``--tokens-per-step`` (batch size x mean sequence length of the
+every round (chain rounds), the round policy off; ``--rounds tree`` measures tree rounds of the
+same budget instead (the recipe curves of 2026-12-02 were measured that way). ``--tokens-per-step`` (batch size x mean sequence length of the
 run) adds the tokens seen; ``--append`` merges a new stint's checkpoints into an existing curve.
 
 Each row carries ``cpu_hours``: the training CPU time logged up to that checkpoint (the trainer's
@@ -57,7 +58,8 @@ def evaluate(target, items, refs, folder: Path, args, data_cpu_hours: float) -> 
         row["cpu_hours"] = round(trained + data_cpu_hours, 4)
     for j in [int(x) for x in args.jacobi_passes.split(",")]:
         # the drafter alone: full blocks every round (no round policy, no n-gram proposals)
-        r = acceptance_on_items(target, drafter, items, args.max_new_tokens, refs, num_jacobi_passes=j, budget=args.budget, policy=False)
+        r = acceptance_on_items(target, drafter, items, args.max_new_tokens, refs, num_jacobi_passes=j, budget=args.budget, policy=False,
+                                tree="auto" if args.rounds == "tree" else None)
         row[f"tau_J{j}"] = r["tau"]
         row[f"exact_J{j}"] = r["exact"]
     print(row, flush=True)
@@ -92,6 +94,8 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--jacobi-passes", default="0,1")
     ap.add_argument("--budget", type=int, default=16)
+    ap.add_argument("--rounds", default="chain", choices=["chain", "tree"],
+                    help="chain: a full block every round (the drafter alone); tree: tree rounds of the same budget")
     ap.add_argument("--steps", default=None, help="comma list of checkpoint steps to evaluate (default: all)")
     ap.add_argument("--every", type=int, default=1, help="evaluate every n-th checkpoint (plus checkpoint-0 and a finished run's last)")
     ap.add_argument("--dtype", default="float32", choices=["auto", "bfloat16", "float32"], help="the target's dtype")

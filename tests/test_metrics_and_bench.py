@@ -144,6 +144,22 @@ def test_acceptance_on_items_restores_options(trained_llama):
     assert drafter.drafting_config == before
 
 
+def test_acceptance_on_items_measures_full_blocks_unless_asked_for_trees(trained_llama):
+    from hf_jetspec.tools.bench import acceptance_on_items
+
+    target, drafter, prompts = trained_llama
+    before = drafter.drafting_config
+    items = [("0", prompts[:1])]
+    try:
+        drafter.drafting_config = before.replace(tree="auto")  # a saved checkpoint's options may ask for trees
+        acceptance_on_items(target, drafter, items, 24, policy=False)
+        assert not drafter.generation_stats.tree_nodes  # chain rounds: the drafter alone
+        r = acceptance_on_items(target, drafter, items, 24, policy=False, tree="auto")
+        assert drafter.generation_stats.tree_nodes and r["exact"]
+    finally:
+        drafter.drafting_config = before
+
+
 def test_bench_items_past_the_target_context_are_refused(llama_target):
     from hf_jetspec.tools.bench import build_items
     from hf_jetspec.tools.data import EvalPrompt

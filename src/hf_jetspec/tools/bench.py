@@ -256,11 +256,13 @@ def acceptance_on_items(target, drafter, items, max_new_tokens: int, references:
     """Greedy tau of ``drafter`` (with drafting ``options``) over ``items``; outputs checked against AR.
 
     ``references`` caches the target's own greedy outputs by item id across calls. No timing, so it
-    may run on a busy machine.
+    may run on a busy machine. Rounds are chains (full blocks) unless ``options`` name a ``tree``:
+    a drafter's saved options may ask for tree rounds, which commit more per round from the same
+    weights and so are not what "the drafter alone" measures.
     """
     references = {} if references is None else references
     saved = drafter.drafting_config
-    drafter.drafting_config = saved.replace(**options)
+    drafter.drafting_config = saved.replace(**({"tree": None} | options))
     committed = rounds = 0
     exact = True
     try:
