@@ -5,8 +5,9 @@
 
 tau needs no timing, so this can run on a busy machine. tau is the drafter's alone: a full block
 every round (chain rounds), the round policy off; ``--rounds tree`` measures tree rounds of the
-same budget instead (the first curve of recipe (d), 2026-12-02, was measured that way). ``--tokens-per-step`` (batch size x mean sequence length of the
-run) adds the tokens seen; ``--append`` merges a new stint's checkpoints into an existing curve.
+same budget instead (the first curve of recipe (d), 2026-12-02, was measured that way).
+``--tokens-per-step`` (batch size x mean sequence length of the run) adds the tokens seen;
+``--append`` merges a new stint's checkpoints into an existing curve.
 
 Each row carries ``cpu_hours``: the training CPU time logged up to that checkpoint (the trainer's
 ``cpu_hours``, all threads) plus ``--data-cpu-hours``, the cost of making the training data (a
