@@ -55,7 +55,7 @@ def main() -> None:
         row = {"prompts": spec, "items": len(items)}
         for spec, drafter in drafters.items():
             row[spec] = acceptance_on_items(target, drafter, items, args.max_new_tokens, refs, num_jacobi_passes=args.jacobi_passes,
-                                            budget=args.budget, policy=False, tree=None, int8=spec.endswith("@int8"))
+                                            budget=args.budget, policy=False, int8=spec.endswith("@int8"))
         rows.append(row)
         print(json.dumps(row))
     out = {"config": vars(args), "rows": rows}

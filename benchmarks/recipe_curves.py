@@ -25,7 +25,6 @@ def main() -> None:
     ap.add_argument("--curves", nargs="+", required=True, help="learning_curve.py result files")
     ap.add_argument("--tau", default="tau_J1", help="the row key to plot")
     ap.add_argument("--title", default="")
-    ap.add_argument("--rounds", default="chain", choices=["chain", "tree"], help="how the curves were measured (learning_curve.py --rounds), for the axis")
     ap.add_argument("--output", required=True, help="PNG path")
     args = ap.parse_args()
 
@@ -45,8 +44,7 @@ def main() -> None:
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
         print(f"{label}: " + ", ".join(f"{h:.2f} h -> {t:.3f}" for h, t in pts))
     ax.set_xlabel("CPU-hours (data generation + training)")
-    rounds = "full blocks" if args.rounds == "chain" else "tree rounds of 16 nodes"
-    ax.set_ylabel(f"drafter-alone tau ({args.tau.replace('tau_', '')}, {rounds}, policy off)")
+    ax.set_ylabel(f"drafter-alone tau ({args.tau.replace('tau_', '')}, full blocks, policy off)")
     ax.set_title(args.title)
     ax.grid(alpha=0.3)
     ax.legend()
