@@ -5,7 +5,8 @@
         --command "python examples/train_drafter.py ..."
 
 ``--weight-storage int8`` stores the large matrices as int8 with one scale per output channel
-(dequantised at load to the stored dtype), about half the size of fp16.
+(dequantised at load to the stored dtype), about half the size of fp16; ``int4`` keeps a scale per
+64 columns and halves that again.
 
 The card records the training data, recipe and command, and the acceptance length measured by
 `hf-jetspec bench` (read from the given bench JSON files).
@@ -20,6 +21,11 @@ from pathlib import Path
 import torch
 
 from hf_jetspec import JetSpecDrafter
+
+STORAGE_NOTES = {
+    "int8": "int8 (per-channel scales, dequantised to {dtype} at load)",
+    "int4": "int4 (a scale per 64 columns, dequantised to {dtype} at load)",
+}
 
 CARD = """---
 library_name: hf_jetspec
@@ -130,7 +136,8 @@ def main() -> None:
     ap.add_argument("--draft-vocab-note", default=None,
                     help="how the checkpoint's own draft vocabulary was chosen (for the card)")
     ap.add_argument("--dataset", default="anon8231489123/ShareGPT_Vicuna_unfiltered", help="the card's dataset tag")
-    ap.add_argument("--weight-storage", default=None, choices=["int8"], help="store the large matrices as int8")
+    ap.add_argument("--weight-storage", default=None, choices=["int8", "int4"],
+                    help="store the large matrices as int8 (per-channel scales) or int4 (a scale per 64 columns)")
     args = ap.parse_args()
 
     drafter = JetSpecDrafter.from_pretrained(args.checkpoint, dtype=torch.float32)
@@ -152,7 +159,7 @@ def main() -> None:
         repo_id=args.repo_id or out.name,
         layers=cfg.target_layer_ids,
         size_mb=size,
-        storage=f"int8 (per-channel scales, dequantised to {args.dtype} at load)" if args.weight_storage else args.dtype,
+        storage=STORAGE_NOTES[args.weight_storage].format(dtype=args.dtype) if args.weight_storage else args.dtype,
         dataset=args.dataset,
         params=sum(p.numel() for p in drafter.parameters()) / 1e6,
         num_layers=cfg.num_hidden_layers,

@@ -46,6 +46,8 @@ def main() -> None:
                          "input norm, noise = the target's embedding of MASK_TOKEN_ID), so the drafter converts to "
                          "transformers' DFlash format; implies --inputs mask")
     ap.add_argument("--init-layers-from-target", action="store_true")
+    ap.add_argument("--grow-layers", type=int, default=0,
+                    help="with --init-from: append N layers whose residual outputs start at zero (the drafter starts as it was)")
     ap.add_argument("--init-from", default=None, help="start from a trained drafter folder (e.g. an earlier run's final/)")
     ap.add_argument("--draft-vocab-from-sharegpt", type=int, default=None, metavar="N",
                     help="train with the draft head restricted to the N most frequent tokens of ShareGPT responses (cuts the head's cost)")
@@ -87,6 +89,11 @@ def main() -> None:
     if args.init_from:
         drafter = JetSpecDrafter.from_pretrained(args.init_from, dtype=torch.float32)
         drafter.attach_target(target, follow_dtype=False)
+        if args.grow_layers:
+            drafter.grow_layers(args.grow_layers, target=target if args.init_layers_from_target else None)
+            print(f"grown to {drafter.config.num_hidden_layers} layers")
+    elif args.grow_layers:
+        raise SystemExit("--grow-layers needs --init-from")
     else:
         drafter = JetSpecDrafter.for_target(target, init_layers_from_target=args.init_layers_from_target, **overrides)
     if args.feature_cache:

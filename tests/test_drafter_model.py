@@ -227,3 +227,30 @@ def test_restricted_draft_vocab_is_exact_and_round_trips(tmp_path, trained_llama
     assert loaded.config.draft_vocab_size == 64 and torch.equal(loaded.draft_vocab, torch.arange(0, 128, 2))
     with pytest.raises(ValueError, match="draft vocabulary ids"):
         small.restrict_draft_vocab([200])
+
+
+@pytest.mark.parametrize("from_target", [False, True])
+def test_grown_drafter_drafts_exactly_as_before_and_saves(tmp_path, trained_llama, from_target):
+    target, drafter, prompts = trained_llama
+    grown = JetSpecDrafter(drafter.config.__class__(**drafter.config.to_dict()))
+    grown.load_state_dict(drafter.state_dict())
+    grown.attach_target(target)
+    depth = drafter.config.num_hidden_layers
+    grown.grow_layers(2, target=target if from_target else None)
+    assert len(grown.layers) == grown.config.num_hidden_layers == depth + 2
+    new = grown.layers[-1]
+    assert not new.self_attn.o_proj.weight.any() and not new.mlp.down_proj.weight.any()
+    assert new.self_attn.q_proj.weight.any()  # only the residual outputs start at zero
+    if from_target:
+        assert torch.equal(new.self_attn.q_proj.weight, target.model.layers[-1].self_attn.q_proj.weight)
+    seq = target.generate(prompts[:1], do_sample=False, max_new_tokens=20)
+    with torch.no_grad():
+        out = target(seq, output_hidden_states=True)
+    states = torch.cat([out.hidden_states[i + 1] for i in drafter.config.target_layer_ids], -1)
+    anchors, blocks = torch.tensor([[10]]), seq[0, 10:16][None, None]
+    with torch.no_grad():
+        assert torch.allclose(grown(states, blocks, anchors).logits, drafter(states, blocks, anchors).logits, atol=1e-5)
+    grown.save_pretrained(tmp_path)
+    assert JetSpecDrafter.from_pretrained(tmp_path).config.num_hidden_layers == depth + 2
+    with pytest.raises(ValueError, match="at least one"):
+        grown.grow_layers(0)

@@ -9,7 +9,16 @@ import pytest
 import torch
 
 from hf_jetspec import JetSpecDrafter
-from hf_jetspec.drafter.weight_storage import SCALE_SUFFIX, dequantize_rows, pack_int8, quantize_rows, unpack_int8
+from hf_jetspec.drafter.weight_storage import (
+    INT4_SCALE_SUFFIX,
+    SCALE_SUFFIX,
+    dequantize_groups,
+    dequantize_rows,
+    pack_int8,
+    quantize_groups,
+    quantize_rows,
+    unpack_int8,
+)
 
 
 def test_quantize_rows_by_hand():
@@ -52,4 +61,51 @@ def test_an_int8_drafter_loads_back_and_generates_exactly(tmp_path, llama_target
     out = llama_target.generate(prompt, assistant_model=loaded, do_sample=False, max_new_tokens=24)
     assert torch.equal(ref, out)
     with pytest.raises(ValueError, match="weight_storage"):
-        drafter.save_pretrained(tmp_path / "x", weight_storage="int4")
+        drafter.save_pretrained(tmp_path / "x", weight_storage="int2")
+
+
+def test_quantize_groups_by_hand():
+    # one row, two groups of 2: scales max|w| / 7 = 0.1 and 1/7 (float16), entries -7..7 stored as q + 8
+    w = torch.tensor([[0.7, -0.35, 0.0, 1.0]])
+    packed, scale = quantize_groups(w, group_size=2)
+    assert scale.dtype == torch.float16 and scale.shape == (1, 2)
+    assert scale.float().tolist()[0] == pytest.approx([0.1, 1 / 7], rel=1e-3)
+    # q = [7, -0.35 / 0.09998 (0.1 in float16) = -3.5009 -> -4, 0, 7] + 8 = [15, 4, 8, 15]; low nibble: even column
+    assert packed.tolist() == [[15 | (4 << 4), 8 | (15 << 4)]]
+    assert dequantize_groups(packed, scale)[0].tolist() == pytest.approx([0.7, -0.4, 0.0, 1.0], rel=1e-3)
+    with pytest.raises(ValueError, match="divid"):
+        quantize_groups(torch.ones(2, 6), group_size=4)
+
+
+def test_int4_packing_round_trips_within_half_a_step_and_falls_back_to_int8():
+    gen = torch.Generator().manual_seed(0)
+    state = {"big": torch.randn(64, 128, generator=gen), "odd": torch.randn(64, 96, generator=gen), "norm": torch.ones(64)}
+    packed = pack_int8(state, storage="int4")
+    assert packed["big"].dtype == torch.uint8 and packed["big"].shape == (64, 64)
+    assert packed["big" + INT4_SCALE_SUFFIX].shape == (64, 2)  # groups of 64 columns
+    assert packed["odd"].dtype == torch.int8 and ("odd" + SCALE_SUFFIX) in packed  # 96 columns: not a multiple of 64
+    back = unpack_int8(packed)
+    step = packed["big" + INT4_SCALE_SUFFIX].float().repeat_interleave(64, dim=1)
+    assert ((back["big"] - state["big"]).abs() <= step / 2 + 1e-5).all()
+    assert torch.equal(back["norm"], state["norm"])
+    with pytest.raises(ValueError, match="no int4 matrix"):
+        unpack_int8({"x" + INT4_SCALE_SUFFIX: torch.ones(2, 1)})
+    with pytest.raises(ValueError, match="expected a packed uint8"):
+        unpack_int8({"x": torch.ones(2, 4), "x" + INT4_SCALE_SUFFIX: torch.ones(2, 1)})
+    with pytest.raises(ValueError, match="weight storage"):
+        pack_int8(state, storage="int2")
+
+
+def test_an_int4_drafter_is_smaller_than_int8_and_generates_exactly(tmp_path, llama_target):
+    torch.manual_seed(0)
+    drafter = JetSpecDrafter.for_target(llama_target).eval()
+    drafter.save_pretrained(tmp_path / "int8", weight_storage="int8")
+    drafter.save_pretrained(tmp_path / "int4", weight_storage="int4")
+    assert json.loads((tmp_path / "int4" / "config.json").read_text())["weight_storage"] == "int4"
+    size = {k: (tmp_path / k / "model.safetensors").stat().st_size for k in ("int8", "int4")}
+    assert size["int4"] < 0.7 * size["int8"]
+    loaded = JetSpecDrafter.from_pretrained(tmp_path / "int4", target=llama_target)
+    assert not torch.equal(drafter.fc.weight, loaded.fc.weight)
+    prompt = torch.randint(0, 100, (1, 6), generator=torch.Generator().manual_seed(1))
+    ref = llama_target.generate(prompt, do_sample=False, max_new_tokens=24)
+    assert torch.equal(ref, llama_target.generate(prompt, assistant_model=loaded, do_sample=False, max_new_tokens=24))

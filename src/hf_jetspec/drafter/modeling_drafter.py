@@ -22,7 +22,7 @@ from .layers import DecoderLayer, RMSNorm, RotaryTable
 from .masks import block_attention_mask, context_visibility, sliding_window_mask
 from ..generation.stats import GenerationStats
 from .target_info import check_target_matches, target_decoder_layers, target_shape_fields, target_signature
-from .weight_storage import INT8_STORAGE
+from .weight_storage import WEIGHT_STORAGES
 
 logger = logging.get_logger(__name__)
 
@@ -140,6 +140,34 @@ class JetSpecDrafter(PreTrainedModel):
                 )
             mine.load_state_dict({k: state[k].to(self.dtype) if k in state else v for k, v in own.items()})
 
+    @torch.no_grad()
+    def grow_layers(self, num_new: int, target=None) -> None:
+        """Append ``num_new`` decoder layers on top without changing what the drafter computes.
+
+        The new layers' residual outputs (``o_proj`` and ``down_proj``) start at zero, so the grown
+        drafter drafts exactly as before and training decides what the extra depth adds. With
+        ``target``, their other weights start from the target's top layers (as
+        :meth:`init_layers_from_target`); otherwise from the usual random initialisation.
+        """
+        if num_new < 1:
+            raise ValueError(f"grow_layers needs at least one new layer, got {num_new}")
+        ref = self.layers[0]
+        new = nn.ModuleList(DecoderLayer.from_config(self.config) for _ in range(num_new))
+        for layer in new:
+            layer.apply(self._init_weights)
+        new.to(device=next(ref.parameters()).device, dtype=next(ref.parameters()).dtype)
+        if target is not None:
+            scratch = type(self)(self.config.__class__(**{**self.config.to_dict(), "num_hidden_layers": num_new}))
+            scratch.to(dtype=self.dtype)
+            scratch.init_layers_from_target(target)
+            for mine, theirs in zip(new, scratch.layers):
+                mine.load_state_dict(theirs.state_dict())
+        for layer in new:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        self.layers.extend(new)
+        self.config.num_hidden_layers = len(self.layers)
+
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, drafting_config: DraftingConfig | None = None, **kwargs):
         """Load a drafter (safetensors only). Drafting options may be given as ``drafting_config``
@@ -157,7 +185,7 @@ class JetSpecDrafter(PreTrainedModel):
             model = _from_foreign(cls, pretrained_model_name_or_path, stored, kwargs)
             model.drafting_config = (drafting_config or DraftingConfig()).replace(**options)
             return model
-        if stored.get("weight_storage") == INT8_STORAGE:
+        if stored.get("weight_storage") in WEIGHT_STORAGES:
             model = _from_int8(cls, pretrained_model_name_or_path, stored, kwargs)
         else:
             kwargs["use_safetensors"] = True
@@ -181,15 +209,16 @@ class JetSpecDrafter(PreTrainedModel):
 
     def save_pretrained(self, save_directory, *args, weight_storage: str | None = None, **kwargs):
         """Save a Hub-ready folder. ``weight_storage="int8"`` stores the large matrices as int8 with
-        per-channel scales (:mod:`hf_jetspec.drafter.weight_storage`, about half the size of float16);
+        per-channel scales (:mod:`hf_jetspec.drafter.weight_storage`, about half the size of float16),
+        ``"int4"`` as int4 with a scale per group of 64 columns (about a quarter);
         ``from_pretrained`` dequantises them."""
-        if weight_storage not in (None, INT8_STORAGE):
-            raise ValueError(f"weight_storage must be None or {INT8_STORAGE!r}, got {weight_storage!r}")
+        if weight_storage is not None and weight_storage not in WEIGHT_STORAGES:
+            raise ValueError(f"weight_storage must be None or one of {WEIGHT_STORAGES}, got {weight_storage!r}")
         kwargs.pop("safe_serialization", None)
         super().save_pretrained(save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True):
-            if weight_storage == INT8_STORAGE:
-                _store_int8(save_directory)
+            if weight_storage is not None:
+                _store_int8(save_directory, weight_storage)
             self.drafting_config.save(save_directory)
             if self.acceptance_model.calibrated:
                 self.acceptance_model.save(save_directory)
@@ -660,8 +689,8 @@ def _stored_config(name_or_path, kwargs) -> dict:
         return json.load(f)
 
 
-def _store_int8(folder) -> None:
-    """Rewrite a saved folder's weights as int8 matrices with per-channel scales and mark its config."""
+def _store_int8(folder, storage: str = "int8") -> None:
+    """Rewrite a saved folder's weights as int8 (or int4) matrices with their scales and mark its config."""
     import json
 
     from safetensors.torch import load_file, save_file
@@ -670,12 +699,12 @@ def _store_int8(folder) -> None:
 
     weights = os.path.join(folder, "model.safetensors")
     if not os.path.isfile(weights):
-        raise OSError(f"int8 storage needs a single model.safetensors in {folder} (raise max_shard_size)")
-    save_file(pack_int8(load_file(weights)), weights, metadata={"format": "pt"})
+        raise OSError(f"{storage} storage needs a single model.safetensors in {folder} (raise max_shard_size)")
+    save_file(pack_int8(load_file(weights), storage=storage), weights, metadata={"format": "pt"})
     config_path = os.path.join(folder, "config.json")
     with open(config_path) as f:
         config = json.load(f)
-    config["weight_storage"] = INT8_STORAGE
+    config["weight_storage"] = storage
     with open(config_path, "w") as f:
         json.dump(config, f, indent=2, sort_keys=True)
         f.write("\n")
@@ -699,7 +728,7 @@ def _from_int8(cls, name_or_path, stored: dict, kwargs) -> "JetSpecDrafter":
         raise OSError(f"{name_or_path!r}: the stored draft vocabulary does not match config.draft_vocab_size")
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise OSError(f"the int8 weights in {name_or_path!r} do not fit this drafter: missing {missing}, unexpected {unexpected}")
+        raise OSError(f"the {stored['weight_storage']} weights in {name_or_path!r} do not fit this drafter: missing {missing}, unexpected {unexpected}")
     model.to(dtype=dtype)
     if kwargs.get("device_map") not in (None, "auto"):
         model.to(kwargs["device_map"])
