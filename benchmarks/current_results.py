@@ -23,16 +23,18 @@ START, END = "<!-- current-results:start -->", "<!-- current-results:end -->"
 
 # (table title, [(row label, result file, our method)]): the runs of the shipped configuration
 CURRENT = [
-    ("SmolLM2-135M-Instruct, greedy, bf16 (shipped drafter version 2, default settings: tree rounds under the policy)", [
-        ("GSM8K (10)", "defaults_smollm2_gsm8k_bf16.json", "jetspec"),
-        ("HumanEval (10)", "defaults_smollm2_humaneval_bf16.json", "jetspec"),
-        ("MT-Bench (5, both turns)", "defaults_smollm2_mt-bench_bf16.json", "jetspec"),
+    ("SmolLM2-135M-Instruct, greedy, bf16 (shipped drafter version 3, default settings: tree rounds under the policy; "
+     "the runs also timed version 2 as `--baseline-drafter`)", [
+        ("GSM8K (10)", "smollm2_v3_vs_v2_gsm8k_bfloat16.json", "jetspec"),
+        ("HumanEval (10)", "smollm2_v3_vs_v2_humaneval_bfloat16.json", "jetspec"),
+        ("MT-Bench (5, both turns)", "smollm2_v3_vs_v2_mt-bench_bfloat16.json", "jetspec"),
     ]),
     ("Qwen2.5-Coder-1.5B-Instruct, greedy, bf16 (shipped drafter, tree rounds under the policy)", [
         ("HumanEval", "qwen15_shipped_humaneval_bf16.json", "jetspec-tree-policy"),
         ("MT-Bench coding + reasoning", "qwen15_shipped_mt-bench-code-reasoning_bf16.json", "jetspec-tree-policy"),
     ]),
-    ("Sampling, top-p 0.9, drafts drawn from the drafter's q (the defaults: chain rounds above T = 0.5, tree rounds up to it)", [
+    ("Sampling, top-p 0.9, drafts drawn from the drafter's q (the defaults: chain rounds above T = 0.5, tree rounds up to it; "
+     "SmolLM2 rows measured with drafter version 2)", [
         ("SmolLM2, MT-Bench, T = 0.7 (10 prompts)", "sampling_smollm2_mt-bench_t0.7_defaults.json", "jetspec-chain"),
         ("SmolLM2, MT-Bench, T = 1.0", "sampling_smollm2_mt-bench_t1.0.json", "jetspec"),
         ("SmolLM2, GSM8K, T = 0.7", "sampling_smollm2_gsm8k_t0.7.json", "jetspec"),
