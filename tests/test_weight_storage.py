@@ -14,10 +14,10 @@ from hf_jetspec.drafter.weight_storage import (
     SCALE_SUFFIX,
     dequantize_groups,
     dequantize_rows,
-    pack_int8,
+    pack_weights,
     quantize_groups,
     quantize_rows,
-    unpack_int8,
+    unpack_weights,
 )
 
 
@@ -34,14 +34,14 @@ def test_pack_keeps_vectors_and_small_matrices_and_round_trips():
     gen = torch.Generator().manual_seed(0)
     state = {"big": torch.randn(64, 128, generator=gen), "small": torch.randn(4, 4, generator=gen), "norm": torch.ones(64),
              "ids": torch.arange(5)}
-    packed = pack_int8(state)
+    packed = pack_weights(state)
     assert packed["big"].dtype == torch.int8 and packed["big" + SCALE_SUFFIX].shape == (64,)
     assert torch.equal(packed["small"], state["small"]) and torch.equal(packed["ids"], state["ids"])
-    back = unpack_int8(packed)
+    back = unpack_weights(packed)
     step = packed["big" + SCALE_SUFFIX][:, None]
     assert ((back["big"] - state["big"]).abs() <= step / 2 + 1e-6).all()
     with pytest.raises(ValueError, match="no int8 matrix"):
-        unpack_int8({"x" + SCALE_SUFFIX: torch.ones(2)})
+        unpack_weights({"x" + SCALE_SUFFIX: torch.ones(2)})
 
 
 def test_an_int8_drafter_loads_back_and_generates_exactly(tmp_path, llama_target):
@@ -80,20 +80,20 @@ def test_quantize_groups_by_hand():
 def test_int4_packing_round_trips_within_half_a_step_and_falls_back_to_int8():
     gen = torch.Generator().manual_seed(0)
     state = {"big": torch.randn(64, 128, generator=gen), "odd": torch.randn(64, 96, generator=gen), "norm": torch.ones(64)}
-    packed = pack_int8(state, storage="int4")
+    packed = pack_weights(state, storage="int4")
     assert packed["big"].dtype == torch.uint8 and packed["big"].shape == (64, 64)
     assert packed["big" + INT4_SCALE_SUFFIX].shape == (64, 2)  # groups of 64 columns
     assert packed["odd"].dtype == torch.int8 and ("odd" + SCALE_SUFFIX) in packed  # 96 columns: not a multiple of 64
-    back = unpack_int8(packed)
+    back = unpack_weights(packed)
     step = packed["big" + INT4_SCALE_SUFFIX].float().repeat_interleave(64, dim=1)
     assert ((back["big"] - state["big"]).abs() <= step / 2 + 1e-5).all()
     assert torch.equal(back["norm"], state["norm"])
     with pytest.raises(ValueError, match="no int4 matrix"):
-        unpack_int8({"x" + INT4_SCALE_SUFFIX: torch.ones(2, 1)})
+        unpack_weights({"x" + INT4_SCALE_SUFFIX: torch.ones(2, 1)})
     with pytest.raises(ValueError, match="expected a packed uint8"):
-        unpack_int8({"x": torch.ones(2, 4), "x" + INT4_SCALE_SUFFIX: torch.ones(2, 1)})
+        unpack_weights({"x": torch.ones(2, 4), "x" + INT4_SCALE_SUFFIX: torch.ones(2, 1)})
     with pytest.raises(ValueError, match="weight storage"):
-        pack_int8(state, storage="int2")
+        pack_weights(state, storage="int2")
 
 
 def test_an_int4_drafter_is_smaller_than_int8_and_generates_exactly(tmp_path, llama_target):

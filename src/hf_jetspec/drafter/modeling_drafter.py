@@ -151,17 +151,15 @@ class JetSpecDrafter(PreTrainedModel):
         """
         if num_new < 1:
             raise ValueError(f"grow_layers needs at least one new layer, got {num_new}")
-        ref = self.layers[0]
-        new = nn.ModuleList(DecoderLayer.from_config(self.config) for _ in range(num_new))
-        for layer in new:
-            layer.apply(self._init_weights)
-        new.to(device=next(ref.parameters()).device, dtype=next(ref.parameters()).dtype)
-        if target is not None:
+        if target is None:
+            new = nn.ModuleList(DecoderLayer.from_config(self.config) for _ in range(num_new))
+            new.apply(self._init_weights)
+        else:  # a drafter of just the new layers, initialised from the target, lends them
             scratch = type(self)(self.config.__class__(**{**self.config.to_dict(), "num_hidden_layers": num_new}))
             scratch.to(dtype=self.dtype)
             scratch.init_layers_from_target(target)
-            for mine, theirs in zip(new, scratch.layers):
-                mine.load_state_dict(theirs.state_dict())
+            new = scratch.layers
+        new.to(device=self.layers[0].self_attn.q_proj.weight.device, dtype=self.layers[0].self_attn.q_proj.weight.dtype)
         for layer in new:
             layer.self_attn.o_proj.weight.zero_()
             layer.mlp.down_proj.weight.zero_()
@@ -186,7 +184,7 @@ class JetSpecDrafter(PreTrainedModel):
             model.drafting_config = (drafting_config or DraftingConfig()).replace(**options)
             return model
         if stored.get("weight_storage") in WEIGHT_STORAGES:
-            model = _from_int8(cls, pretrained_model_name_or_path, stored, kwargs)
+            model = _from_compact(cls, pretrained_model_name_or_path, stored, kwargs)
         else:
             kwargs["use_safetensors"] = True
             try:
@@ -218,7 +216,7 @@ class JetSpecDrafter(PreTrainedModel):
         super().save_pretrained(save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True):
             if weight_storage is not None:
-                _store_int8(save_directory, weight_storage)
+                _store_compact(save_directory, weight_storage)
             self.drafting_config.save(save_directory)
             if self.acceptance_model.calibrated:
                 self.acceptance_model.save(save_directory)
@@ -689,18 +687,18 @@ def _stored_config(name_or_path, kwargs) -> dict:
         return json.load(f)
 
 
-def _store_int8(folder, storage: str = "int8") -> None:
+def _store_compact(folder, storage: str = "int8") -> None:
     """Rewrite a saved folder's weights as int8 (or int4) matrices with their scales and mark its config."""
     import json
 
     from safetensors.torch import load_file, save_file
 
-    from .weight_storage import pack_int8
+    from .weight_storage import pack_weights
 
     weights = os.path.join(folder, "model.safetensors")
     if not os.path.isfile(weights):
         raise OSError(f"{storage} storage needs a single model.safetensors in {folder} (raise max_shard_size)")
-    save_file(pack_int8(load_file(weights), storage=storage), weights, metadata={"format": "pt"})
+    save_file(pack_weights(load_file(weights), storage=storage), weights, metadata={"format": "pt"})
     config_path = os.path.join(folder, "config.json")
     with open(config_path) as f:
         config = json.load(f)
@@ -710,10 +708,10 @@ def _store_int8(folder, storage: str = "int8") -> None:
         f.write("\n")
 
 
-def _from_int8(cls, name_or_path, stored: dict, kwargs) -> "JetSpecDrafter":
+def _from_compact(cls, name_or_path, stored: dict, kwargs) -> "JetSpecDrafter":
     """Build a drafter from an int8-stored folder (``stored``: its ``config.json``): dequantise to the
     stored (or requested) dtype."""
-    from .weight_storage import unpack_int8
+    from .weight_storage import unpack_weights
 
     config_dict = {k: v for k, v in stored.items() if k != "weight_storage"}
     config = cls.config_class.from_dict(config_dict)
@@ -722,7 +720,7 @@ def _from_int8(cls, name_or_path, stored: dict, kwargs) -> "JetSpecDrafter":
         dtype = config_dict.get("dtype") or "float32"
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
-    state = unpack_int8(_foreign_state_dict(name_or_path, kwargs), dtype)
+    state = unpack_weights(_foreign_state_dict(name_or_path, kwargs), dtype)
     model = cls(config)
     if "draft_vocab" in state and "draft_vocab" in model._buffers and state["draft_vocab"].shape != model.draft_vocab.shape:
         raise OSError(f"{name_or_path!r}: the stored draft vocabulary does not match config.draft_vocab_size")

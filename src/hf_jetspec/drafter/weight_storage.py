@@ -62,7 +62,7 @@ def dequantize_groups(packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dt
     return (q.reshape(rows, groups, -1) * scale.float()[..., None]).reshape(rows, -1).to(dtype)
 
 
-def pack_int8(state: dict[str, torch.Tensor], min_numel: int = 4096, storage: str = INT8_STORAGE,
+def pack_weights(state: dict[str, torch.Tensor], min_numel: int = 4096, storage: str = INT8_STORAGE,
               group_size: int = INT4_GROUP_SIZE) -> dict[str, torch.Tensor]:
     """The tensors to store: large floating-point matrices as int8 (or, with ``storage="int4"``, int4
     where the width allows) plus their scales, the rest as given."""
@@ -82,8 +82,8 @@ def pack_int8(state: dict[str, torch.Tensor], min_numel: int = 4096, storage: st
     return out
 
 
-def unpack_int8(stored: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
-    """Inverse of :func:`pack_int8`: int8 matrices with a stored scale come back as ``dtype``."""
+def unpack_weights(stored: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """Inverse of :func:`pack_weights`: int8 and int4 matrices with their stored scales come back as ``dtype``."""
     out = {}
     for name, t in stored.items():
         if name.endswith(SCALE_SUFFIX):
