@@ -117,6 +117,16 @@ def sharegpt_top_tokens(target_name: str, n: int) -> list[int]:
     return frequent_response_tokens(tok, n)
 
 
+def widening_ranking(drafter, args) -> list[int]:
+    """Candidate draft tokens, best first: the cache's response tokens by frequency, then ShareGPT's."""
+    ranked = []
+    if args.vocab_cache:
+        from hf_jetspec.training.feature_cache import FeatureCacheDataset, frequent_cached_tokens
+
+        ranked = frequent_cached_tokens(FeatureCacheDataset(args.vocab_cache, layer_ids=drafter.config.target_layer_ids))
+    return ranked + sharegpt_top_tokens(args.target_name, args.widen_draft_vocab)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint", required=True)
@@ -133,6 +143,10 @@ def main() -> None:
     ap.add_argument("--tree-jacobi-passes", type=int, default=None, help="Jacobi passes in tree rounds (default: --jacobi-passes)")
     ap.add_argument("--draft-vocab-from-sharegpt", type=int, default=None, metavar="N",
                     help="restrict drafting to the N most frequent tokens of the first 3000 ShareGPT responses")
+    ap.add_argument("--widen-draft-vocab", type=int, default=None, metavar="N",
+                    help="keep the checkpoint's draft vocabulary and add the most frequent response tokens of --vocab-cache "
+                         "(then of ShareGPT responses) until it holds N ids")
+    ap.add_argument("--vocab-cache", default=None, help="a feature cache (e.g. a regeneration's) whose responses rank --widen-draft-vocab's tokens")
     ap.add_argument("--draft-vocab-note", default=None,
                     help="how the checkpoint's own draft vocabulary was chosen (for the card)")
     ap.add_argument("--dataset", default="anon8231489123/ShareGPT_Vicuna_unfiltered", help="the card's dataset tag")
@@ -146,6 +160,8 @@ def main() -> None:
     drafter.drafting_config = drafter.drafting_config.replace(**changes)
     if args.draft_vocab_from_sharegpt:
         drafter.restrict_draft_vocab(sharegpt_top_tokens(args.target_name, args.draft_vocab_from_sharegpt))
+    if args.widen_draft_vocab:
+        drafter.widen_draft_vocab(widening_ranking(drafter, args), args.widen_draft_vocab)
     drafter = drafter.to(getattr(torch, args.dtype))
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
@@ -183,6 +199,8 @@ def main() -> None:
             + ([f"--tree-top-k {args.tree_top_k}"] if args.tree_top_k is not None else [])
             + ([f"--tree-jacobi-passes {args.tree_jacobi_passes}"] if args.tree_jacobi_passes is not None else [])
             + ([f"--draft-vocab-from-sharegpt {args.draft_vocab_from_sharegpt}"] if args.draft_vocab_from_sharegpt else [])
+            + ([f"--widen-draft-vocab {args.widen_draft_vocab}"] if args.widen_draft_vocab else [])
+            + ([f"--vocab-cache {args.vocab_cache}"] if args.vocab_cache else [])
             + ([f"--weight-storage {args.weight_storage}"] if args.weight_storage else [])
             + ([f"--target-name {args.target_name}"] if args.target_name != "smollm2-135m" else [])
         ),

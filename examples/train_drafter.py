@@ -51,6 +51,9 @@ def main() -> None:
     ap.add_argument("--init-from", default=None, help="start from a trained drafter folder (e.g. an earlier run's final/)")
     ap.add_argument("--draft-vocab-from-sharegpt", type=int, default=None, metavar="N",
                     help="train with the draft head restricted to the N most frequent tokens of ShareGPT responses (cuts the head's cost)")
+    ap.add_argument("--widen-draft-vocab", type=int, default=None, metavar="N",
+                    help="with --init-from a restricted drafter: keep its draft vocabulary and add the most frequent response "
+                         "tokens of --feature-cache (then of ShareGPT responses) until it holds N ids")
     ap.add_argument("--slot-decay", type=float, default=7.0, help="slot weights exp(-(k-1)/decay); 0 for flat")
     ap.add_argument("--num-sequences", type=int, default=4000)
     ap.add_argument("--seq-len", type=int, default=384)
@@ -110,6 +113,11 @@ def main() -> None:
         if not args.feature_cache:
             raise SystemExit("--draft-vocab-from-cache needs --feature-cache")
         drafter.restrict_draft_vocab(frequent_cached_tokens(corpus, args.draft_vocab_from_cache))
+    if args.widen_draft_vocab:
+        before = drafter.config.draft_vocab_size
+        ranked = (frequent_cached_tokens(corpus) if args.feature_cache else []) + frequent_response_tokens(tokenizer, args.widen_draft_vocab)
+        drafter.widen_draft_vocab(ranked, args.widen_draft_vocab)
+        print(f"draft vocabulary widened from {before} to {drafter.config.draft_vocab_size} ids")
     model = lora_drafter(drafter, rank=args.lora_rank) if args.lora_rank else drafter
     max_steps = args.max_steps
     if args.num_epochs is not None:

@@ -227,6 +227,14 @@ def test_restricted_draft_vocab_is_exact_and_round_trips(tmp_path, trained_llama
     assert loaded.config.draft_vocab_size == 64 and torch.equal(loaded.draft_vocab, torch.arange(0, 128, 2))
     with pytest.raises(ValueError, match="draft vocabulary ids"):
         small.restrict_draft_vocab([200])
+    small.widen_draft_vocab([3, 2, 5, 7, 9], 67)  # 2 is held already: 3, 5 and 7 join, 9 does not
+    assert small.config.draft_vocab_size == 67 and small.draft_vocab.tolist() == sorted([*range(0, 128, 2), 3, 5, 7])
+    out = target.generate(prompts[:1], assistant_model=small, do_sample=False, max_new_tokens=40)
+    assert torch.equal(ref, out)
+    with pytest.raises(ValueError, match="cannot widen"):
+        small.widen_draft_vocab([1], 10)
+    with pytest.raises(ValueError, match="whole vocabulary"):
+        drafter.widen_draft_vocab([1], 10)
 
 
 @pytest.mark.parametrize("from_target", [False, True])

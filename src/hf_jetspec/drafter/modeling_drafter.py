@@ -242,6 +242,17 @@ class JetSpecDrafter(PreTrainedModel):
         if self.__dict__["_target"] is not None:
             self.attach_target(self.__dict__["_target"])
 
+    def widen_draft_vocab(self, ranked_ids, size: int) -> None:
+        """Add the first ids of ``ranked_ids`` (e.g. the target's answer tokens, most frequent first)
+        to a restricted draft vocabulary until it holds ``size`` ids. Every id it held stays draftable,
+        and the head rows come from the target's head, so the new tokens are scored as the trained
+        drafter's final states rate them (:func:`hf_jetspec.drafter.draft_vocab.widened_vocab`)."""
+        from .draft_vocab import widened_vocab
+
+        if self.config.draft_vocab_size is None:
+            raise ValueError("this drafter drafts over the target's whole vocabulary already")
+        self.restrict_draft_vocab(widened_vocab(self.draft_vocab.tolist(), ranked_ids, size))
+
     @property
     def draft_vocab_ids(self) -> torch.Tensor | None:
         """The target id of each row of the draft head; None when the draft vocabulary is the target's."""

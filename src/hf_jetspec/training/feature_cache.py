@@ -268,8 +268,8 @@ class FeatureCacheDataset(Dataset):
         return {**self.__dict__, "_open": {}}
 
 
-def frequent_cached_tokens(dataset: "FeatureCacheDataset", n: int) -> list[int]:
-    """The ``n`` most frequent response token ids of a cache's sequences (a draft vocabulary)."""
+def cached_answer_counts(dataset: "FeatureCacheDataset") -> collections.Counter:
+    """How often each token id occurs in the responses of a cache's sequences (reads ids only)."""
     counts = collections.Counter()
     for i in range(len(dataset)):
         path, j = dataset._where[i]
@@ -277,7 +277,14 @@ def frequent_cached_tokens(dataset: "FeatureCacheDataset", n: int) -> list[int]:
         ids = f.get_tensor(f"{j}.input_ids")
         start = int(f.get_tensor(f"{j}.response_start")[0])
         counts.update(ids[start:].tolist())
-    return [t for t, _ in counts.most_common(n)]
+    return counts
+
+
+def frequent_cached_tokens(dataset: "FeatureCacheDataset", n: int | None = None) -> list[int]:
+    """The ``n`` most frequent response token ids of a cache's sequences, most frequent first and
+    equal counts by id (a draft vocabulary; every id the responses use when ``n`` is None)."""
+    ranked = sorted(cached_answer_counts(dataset).items(), key=lambda kv: (-kv[1], kv[0]))
+    return [t for t, _ in ranked[:n]]
 
 
 @dataclass
