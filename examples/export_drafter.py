@@ -15,6 +15,7 @@ The card records the training data, recipe and command, and the acceptance lengt
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 
@@ -117,14 +118,24 @@ def sharegpt_top_tokens(target_name: str, n: int) -> list[int]:
     return frequent_response_tokens(tok, n)
 
 
-def widening_ranking(drafter, args) -> list[int]:
-    """Candidate draft tokens, best first: the cache's response tokens by frequency, then ShareGPT's."""
-    ranked = []
-    if args.vocab_cache:
-        from hf_jetspec.training.feature_cache import FeatureCacheDataset, frequent_cached_tokens
+def widen(drafter, args) -> None:
+    """Widen the draft vocabulary to ``--widen-draft-vocab`` ids: the cache's response tokens by
+    frequency first, then ShareGPT's (read only if the cache runs out); print the cache's coverage."""
+    from hf_jetspec.drafter.draft_vocab import ranked_by_count, vocab_coverage
+    from hf_jetspec.training.feature_cache import FeatureCacheDataset, cached_answer_counts
 
-        ranked = frequent_cached_tokens(FeatureCacheDataset(args.vocab_cache, layer_ids=drafter.config.target_layer_ids))
-    return ranked + sharegpt_top_tokens(args.target_name, args.widen_draft_vocab)
+    counts = None
+    if args.vocab_cache:
+        counts = cached_answer_counts(FeatureCacheDataset(args.vocab_cache, layer_ids=drafter.config.target_layer_ids))
+
+    def sharegpt():
+        yield from sharegpt_top_tokens(args.target_name, args.widen_draft_vocab)
+
+    before = drafter.draft_vocab.tolist()
+    drafter.widen_draft_vocab(itertools.chain(ranked_by_count(counts) if counts else [], sharegpt()), args.widen_draft_vocab)
+    covered = (f", covering {vocab_coverage(before, counts):.1%} -> {vocab_coverage(drafter.draft_vocab.tolist(), counts):.1%} "
+               "of the cache's answer tokens") if counts else ""
+    print(f"draft vocabulary widened from {len(before)} to {drafter.config.draft_vocab_size} ids{covered}")
 
 
 def main() -> None:
@@ -161,7 +172,7 @@ def main() -> None:
     if args.draft_vocab_from_sharegpt:
         drafter.restrict_draft_vocab(sharegpt_top_tokens(args.target_name, args.draft_vocab_from_sharegpt))
     if args.widen_draft_vocab:
-        drafter.widen_draft_vocab(widening_ranking(drafter, args), args.widen_draft_vocab)
+        widen(drafter, args)
     drafter = drafter.to(getattr(torch, args.dtype))
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)

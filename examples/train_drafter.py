@@ -16,6 +16,7 @@ of the drafter's layers (peft), merged into the saved drafter.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 
 import torch
@@ -24,7 +25,8 @@ from transformers.trainer_utils import get_last_checkpoint
 from hf_jetspec import JetSpecDrafter, load_target
 from hf_jetspec.tools.data import frequent_response_tokens
 from hf_jetspec.training import FeatureCacheCollator, FeatureCacheDataset, JetSpecTrainer, JetSpecTrainingArguments
-from hf_jetspec.training.feature_cache import frequent_cached_tokens
+from hf_jetspec.drafter.draft_vocab import ranked_by_count, vocab_coverage
+from hf_jetspec.training.feature_cache import cached_answer_counts, frequent_cached_tokens
 from hf_jetspec.training.corpus import CorpusCollator, load_training_corpus
 from hf_jetspec.training.lora import lora_drafter, merged_drafter
 
@@ -114,10 +116,16 @@ def main() -> None:
             raise SystemExit("--draft-vocab-from-cache needs --feature-cache")
         drafter.restrict_draft_vocab(frequent_cached_tokens(corpus, args.draft_vocab_from_cache))
     if args.widen_draft_vocab:
-        before = drafter.config.draft_vocab_size
-        ranked = (frequent_cached_tokens(corpus) if args.feature_cache else []) + frequent_response_tokens(tokenizer, args.widen_draft_vocab)
-        drafter.widen_draft_vocab(ranked, args.widen_draft_vocab)
-        print(f"draft vocabulary widened from {before} to {drafter.config.draft_vocab_size} ids")
+        counts = cached_answer_counts(corpus) if args.feature_cache else None
+
+        def sharegpt():  # read only if the cache's answers run out
+            yield from frequent_response_tokens(tokenizer, args.widen_draft_vocab)
+
+        before = drafter.draft_vocab.tolist()
+        drafter.widen_draft_vocab(itertools.chain(ranked_by_count(counts) if counts else [], sharegpt()), args.widen_draft_vocab)
+        covered = (f", covering {vocab_coverage(before, counts):.1%} -> {vocab_coverage(drafter.draft_vocab.tolist(), counts):.1%} "
+                   "of the cache's answer tokens") if counts else ""
+        print(f"draft vocabulary widened from {len(before)} to {drafter.config.draft_vocab_size} ids{covered}")
     model = lora_drafter(drafter, rank=args.lora_rank) if args.lora_rank else drafter
     max_steps = args.max_steps
     if args.num_epochs is not None:

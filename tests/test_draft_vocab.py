@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from hf_jetspec.drafter.draft_vocab import vocab_coverage, widened_vocab
+from hf_jetspec.drafter.draft_vocab import ranked_by_count, vocab_coverage, widened_vocab
 
 
 def test_widened_vocab_keeps_every_id_and_adds_in_rank_order():
@@ -21,3 +21,8 @@ def test_vocab_coverage_counts_occurrences_not_ids():
     assert vocab_coverage([2, 3, 99], counts) == pytest.approx(0.4)
     with pytest.raises(ValueError, match="no counted"):
         vocab_coverage([1], Counter())
+
+
+def test_ranked_by_count_breaks_ties_by_id():
+    assert ranked_by_count(Counter({7: 2, 3: 5, 9: 2, 1: 1})) == [3, 7, 9, 1]
+    assert ranked_by_count(Counter()) == []

@@ -27,6 +27,11 @@ def widened_vocab(current: Sequence[int], ranked: Iterable[int], size: int) -> l
     return sorted(kept)
 
 
+def ranked_by_count(counts: Counter) -> list[int]:
+    """The counted ids, most frequent first and equal counts by id (a deterministic ranking)."""
+    return [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
 def vocab_coverage(vocab: Iterable[int], counts: Counter) -> float:
     """The share of the counted tokens (e.g. a target's answer tokens) that ``vocab`` can draft."""
     total = sum(counts.values())

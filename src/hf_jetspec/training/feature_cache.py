@@ -283,8 +283,9 @@ def cached_answer_counts(dataset: "FeatureCacheDataset") -> collections.Counter:
 def frequent_cached_tokens(dataset: "FeatureCacheDataset", n: int | None = None) -> list[int]:
     """The ``n`` most frequent response token ids of a cache's sequences, most frequent first and
     equal counts by id (a draft vocabulary; every id the responses use when ``n`` is None)."""
-    ranked = sorted(cached_answer_counts(dataset).items(), key=lambda kv: (-kv[1], kv[0]))
-    return [t for t, _ in ranked[:n]]
+    from ..drafter.draft_vocab import ranked_by_count
+
+    return ranked_by_count(cached_answer_counts(dataset))[:n]
 
 
 @dataclass
