@@ -230,3 +230,58 @@ def test_sharpened_proposals_follow_the_exact_law(target):
     counts = empirical(target, drafter, temperature=1.0, top_k=0)
     assert drafter.generation_stats.sampled_drafts >= 1
     assert chi2_pvalue(law, counts) > 1e-3
+
+
+def test_point_mass_logits_put_all_mass_on_each_token():
+    from hf_jetspec.generation.sampled_drafting import point_mass_logits
+
+    logits = point_mass_logits(torch.tensor([2, 0]), 4)
+    assert logits.shape == (1, 2, 4)
+    assert torch.equal(logits.softmax(-1)[0], torch.tensor([[0.0, 0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]]))
+
+
+def test_speculative_verify_on_hand_numbers():
+    """Point mass on d = 1 against p = (0.5, 0.25, 0.25, 0): accepted iff u < p(d) = 0.25; a rejection
+    draws from p without d, (2/3, 0, 1/3, 0)."""
+    from hf_jetspec.generation.sampled_drafting import point_mass_logits, speculative_verify
+
+    q = point_mass_logits(torch.tensor([1]), 4)[0]
+    p = torch.log(torch.tensor([[0.5, 0.25, 0.25, 0.0], [0.0, 0.0, 0.0, 1.0]]))
+    tokens, n = speculative_verify(torch.tensor([1]), q, p, uniforms=torch.tensor([0.2, 0.5]))
+    assert n == 1 and tokens.tolist() == [1, 3]  # accepted, then the bonus from the second row
+    tokens, n = speculative_verify(torch.tensor([1]), q, p, uniforms=torch.tensor([0.3, 0.6]))
+    assert n == 0 and tokens.tolist() == [0]  # 0.6 * 1 < 2/3: the residual's first column
+    tokens, n = speculative_verify(torch.tensor([1]), q, p, uniforms=torch.tensor([0.3, 0.7]))
+    assert n == 0 and tokens.tolist() == [2]  # past 2/3: the third column, never the rejected d
+    # a token the target gives probability 0 is rejected even by a uniform of exactly 0
+    tokens, n = speculative_verify(torch.tensor([3]), point_mass_logits(torch.tensor([3]), 4)[0], p, uniforms=torch.tensor([0.0, 0.0]))
+    assert n == 0 and tokens.tolist() == [0]
+
+
+def test_sampled_chain_rounds_verify_through_speculative_verify(target, monkeypatch):
+    """Under sampling, argmax drafts reach the verifier as point-mass logits; a verifier whose residual
+    forgets the rejected draft (draws from p) breaks the law, and the chi-square test sees it."""
+    import hf_jetspec.generation.sampled_drafting as sd
+
+    def no_residual(drafts, q_logits, p_logits, uniforms=None):
+        return _draw_from_p(drafts, q_logits, p_logits)
+
+    def _draw_from_p(drafts, q_logits, p_logits):
+        p = torch.softmax(p_logits.float(), -1)
+        n = 0
+        while n < drafts.numel() and float(torch.rand(())) < float(p[n, drafts[n]]):
+            n += 1
+        return torch.cat([drafts[:n].long(), sd.draw_rows(p[n][None])]), n
+
+    calls = []
+    real = sd.speculative_verify
+    monkeypatch.setattr(sd, "speculative_verify", lambda *a, **k: calls.append(1) or real(*a, **k))
+    drafter = sharp_drafter(target)
+    drafter.drafting_config = drafter.drafting_config.replace(policy=False, sampled_drafts=False)
+    target.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), assistant_model=drafter, do_sample=True, max_new_tokens=NEW,
+                    min_new_tokens=NEW, temperature=1.0, top_k=0)
+    assert calls  # the point-mass round went through our verifier
+    monkeypatch.setattr(sd, "speculative_verify", no_residual)
+    law = exact_joint(target, [TemperatureLogitsWarper(1.0)])
+    counts = empirical(target, drafter, temperature=1.0, top_k=0)
+    assert chi2_pvalue(law, counts) < 1e-3

@@ -11,7 +11,7 @@ from transformers.generation.candidate_generator import CandidateGenerator
 from ..drafter.drafter_cache import gather_pending, trim_pending
 from ..drafter.drafting_config import check_context_window
 from ..drafter.jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
-from .sampled_drafting import make_proposal
+from .sampled_drafting import make_proposal, point_mass_logits
 from .stats import GenerationStats
 
 
@@ -31,8 +31,9 @@ class JetSpecCandidateGenerator(CandidateGenerator):
     drafter block is drawn from the final pass's distributions shaped by the target's logits
     processors, and those proposal logits are returned, so transformers verifies with
     ``min(1, p/q)`` and the residual (:mod:`hf_jetspec.generation.sampled_drafting`, where the exactness
-    condition is written down); n-gram proposals stay point masses, verified by exact match. Either
-    way the output follows the target's law (seed 000, Appendix F.3).
+    condition is written down); n-gram proposals and argmax drafts stay point masses, returned as
+    point-mass logits, which that rule verifies with exact match's law. Either way the output follows
+    the target's law (seed 000, Appendix F.3).
     """
 
     requires_model_outputs = True
@@ -48,6 +49,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self.model_kwargs_overrides = {"output_hidden_states": [i + 1 for i in self.layer_ids]}
         self.max_length = generation_config.max_length
         self.do_sample = options.draws_from_q(generation_config)  # drafts drawn from q (else argmax / point masses)
+        self.sampling = bool(generation_config.do_sample)  # point masses then go to the verifier as point-mass logits
         self.logits_processor = logits_processor
         self.vocab_size = target.get_output_embeddings().weight.shape[0]
         self._drawn_logits = None  # the proposal logits of this round's sampled drafter block [1, g, V]
@@ -226,6 +228,8 @@ class JetSpecCandidateGenerator(CandidateGenerator):
                 extra = torch.tensor(tokens, dtype=input_ids.dtype, device=input_ids.device)[None]
                 candidates = torch.cat([input_ids, extra], dim=-1)
             proposal, self._drawn_logits = self._drawn_logits, None
+            if proposal is None and tokens and self.sampling:
+                proposal = point_mass_logits(extra[0], self.vocab_size)
             self._t_verify_start = time.perf_counter()
             self.stats.draft_time_s += self._t_verify_start - t0
             return candidates, proposal
@@ -238,6 +242,8 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             draft, proposal = self._draft_with_foresight(anchor, context, gamma, cur_len, pending, n_last_matches, input_ids)
 
         self._proposed = draft.numel()
+        if proposal is None and self.sampling and draft.numel():
+            proposal = point_mass_logits(draft.to(input_ids.device), self.vocab_size)
         candidates = torch.cat([input_ids, draft.to(input_ids.device, input_ids.dtype)[None]], dim=-1)
         self._t_verify_start = time.perf_counter()
         self.stats.draft_time_s += self._t_verify_start - t0

@@ -27,8 +27,10 @@ This holds for causal and bidirectional drafters alike, for J0-only drafting and
 passes, for the foresight engine's pre-drafted blocks (their logits come from a pass over argmax
 tokens), and for tree rounds (:mod:`hf_jetspec.generation.tree`, multi-draft rejection). Refining a block
 *after* drawing it and verifying with the refined ``q`` would not be exact, and nothing here does it.
-n-gram proposals stay point masses (``q = delta_d``): they are verified by exact match, which is
-the same rule.
+n-gram proposals and argmax drafts stay point masses (``q = delta_d``). Under sampling they are
+handed to the verifier as point-mass logits (:func:`point_mass_logits`), so every sampled chain round
+goes through one verifier, :func:`speculative_verify`: for a point mass it is exact match's law, and
+it draws from one row of the target's distribution instead of from every row of the block.
 
 **How q is shaped.** Any ``q`` is exact as long as the draft is drawn from it; a ``q`` shaped like
 the target's processed ``p`` accepts more. The drafter's logits, scaled by
@@ -103,12 +105,7 @@ class Proposal:
         """One draw per row (``rows``: row indices, repeats allowed; default every row) from the
         global random stream: a uniform against the row's cumulative distribution. Target ids [n]."""
         probs = self.probs if rows is None else self.probs[rows]
-        if probs.shape[0] == 0:
-            return torch.zeros(0, dtype=torch.long, device=probs.device)
-        cum = probs.double().cumsum(-1)
-        u = torch.rand(probs.shape[0], 1, dtype=torch.float64, device=probs.device) * cum[:, -1:]
-        cols = torch.searchsorted(cum, u, right=True).clamp_(max=probs.shape[-1] - 1).squeeze(-1)
-        return self.ids(cols)
+        return self.ids(draw_rows(probs))
 
     def dense_probs(self) -> torch.Tensor:
         """``q`` over the target's vocabulary [g, V]."""
@@ -123,6 +120,58 @@ class Proposal:
         out = values.new_full((values.shape[0], self.vocab_size), fill)
         out[:, self.vocab.to(values.device)] = values
         return out
+
+
+def draw_rows(probs: torch.Tensor, uniforms: torch.Tensor | None = None) -> torch.Tensor:
+    """One column per row of ``probs`` [n, V] (unnormalised weights are fine): the first column whose
+    cumulative weight exceeds ``u * total``, ``u`` uniform on [0, 1) from the global random stream
+    (or ``uniforms`` [n]). A column of zero weight is never drawn."""
+    if probs.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.long, device=probs.device)
+    cum = probs.double().cumsum(-1)
+    u = torch.rand(probs.shape[0], dtype=torch.float64, device=probs.device) if uniforms is None else uniforms.double()
+    cols = torch.searchsorted(cum, (u[:, None] * cum[:, -1:]), right=True)
+    return cols.clamp_(max=probs.shape[-1] - 1).squeeze(-1)
+
+
+def point_mass_logits(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Candidate logits [1, L, V] of point masses on ``tokens`` [L]: 0 at each token, -inf elsewhere.
+
+    Verified with ``min(1, p/q)``, a point mass ``q = delta_d`` is accepted with probability
+    ``p(d)`` and a rejection commits a draw of ``norm(max(p - delta_d, 0))``, which is ``p`` without
+    ``d``: the law of exact-match verification (sample the target at every position, keep the draft
+    while they agree). Verification then draws from one row, where exact match draws from every row
+    of the block (each a pass over the whole vocabulary)."""
+    out = torch.full((1, tokens.numel(), vocab_size), float("-inf"), dtype=torch.float32, device=tokens.device)
+    out[0, torch.arange(tokens.numel(), device=tokens.device), tokens.long()] = 0.0
+    return out
+
+
+def speculative_verify(drafts: torch.Tensor, q_logits: torch.Tensor, p_logits: torch.Tensor,
+                       uniforms: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    """Verify drafts ``[L]`` drawn from ``q`` (logits ``[L, V]``) against the target's processed logits
+    ``[L + 1, V]`` (speculative sampling, Leviathan et al. 2023, Algorithm 1). Returns the committed
+    tokens ``[n + 1]`` (the ``n`` accepted drafts, then one draw of the residual at the first
+    rejection, or of ``p`` after the last draft) and ``n``.
+
+    Draft ``i`` is accepted iff ``u_i < p_i(x_i) / q_i(x_i)`` with ``u_i`` uniform on [0, 1) (float64,
+    from the global random stream, or ``uniforms`` ``[L + 1]``, the last one for the committed draw).
+    The strict inequality never accepts a token the target gives probability 0 (transformers' verifier
+    compares with ``<=`` and accepts one when a float32 uniform is exactly 0, once in 2**24)."""
+    length = drafts.numel()
+    q = torch.softmax(q_logits.float(), dim=-1)
+    p = torch.softmax(p_logits.float(), dim=-1)
+    rows = torch.arange(length, device=p.device)
+    d = drafts.to(p.device).long()
+    q_d, p_d = q[rows, d].double(), p[rows, d].double()
+    ratio = torch.where(q_d > 0, p_d / q_d.clamp(min=1e-300), torch.zeros_like(p_d))
+    if uniforms is None:
+        uniforms = torch.rand(length + 1, dtype=torch.float64, device=p.device)
+    accepted = uniforms[:length].double() < ratio
+    n = int((accepted.long().cumprod(-1)).sum())
+    last = p[n] if n == length else torch.clamp(p[n] - q[n], min=0)
+    t = draw_rows(last[None], uniforms[length:length + 1])
+    return torch.cat([d[:n], t]), n
 
 
 def full_vocab_logits(logits: torch.Tensor, draft_vocab: torch.Tensor | None, vocab_size: int) -> torch.Tensor:

@@ -7,7 +7,9 @@ on the assistant's class: a :class:`~hf_jetspec.JetSpecDrafter` gets a
 original method unchanged. Two more private methods are wrapped with the same dispatch and nothing
 else: ``_validate_generation_mode`` (JetSpec-specific errors before generic ones) and
 ``_assisted_decoding`` (the output is cut at the first token where a stopping criterion fires, as
-plain decoding would stop; see :mod:`hf_jetspec.generation.stopping`). While a JetSpec call runs, a CPU target
+plain decoding would stop; see :mod:`hf_jetspec.generation.stopping`). One private function is
+wrapped too: ``transformers.generation.utils._speculative_sampling``, which chain rounds under sampling
+reach only while a JetSpec call runs (:func:`~hf_jetspec.generation.sampled_drafting.speculative_verify`). While a JetSpec call runs, a CPU target
 with SDPA attention attends through :mod:`hf_jetspec.generation.gqa_attention` (a public ``AttentionInterface``
 registration, switched back afterwards). :func:`install` runs on ``import hf_jetspec``; :func:`uninstall`
 restores the originals.
@@ -20,6 +22,7 @@ import threading
 
 import torch
 
+from transformers.generation import utils as generation_utils
 from transformers.generation.utils import GenerationMixin, GenerationMode
 from transformers.utils import logging
 
@@ -127,11 +130,30 @@ def _jetspec_decoding(original, self, input_ids, *args, **kwargs):
     return result if keep == sequences.shape[1] else truncate_generate_output(result, keep, input_ids.shape[1])
 
 
+def _wrap_speculative_sampling(original):
+    """transformers' chain verifier under sampling (a module function it calls by name): while a JetSpec
+    chain call runs on this thread, :func:`~hf_jetspec.generation.sampled_drafting.speculative_verify`
+    (the same algorithm with a strict acceptance test); otherwise the original."""
+
+    @functools.wraps(original)
+    def _speculative_sampling(candidate_input_ids, candidate_logits, candidate_length, new_logits, assistant_ensemble_weight=None):
+        if not _running_calls() or assistant_ensemble_weight is not None:
+            return original(candidate_input_ids, candidate_logits, candidate_length, new_logits,
+                            assistant_ensemble_weight=assistant_ensemble_weight)
+        from .sampled_drafting import speculative_verify
+
+        tokens, n = speculative_verify(candidate_input_ids[0, -candidate_length:], candidate_logits[0], new_logits[0])
+        return tokens.to(candidate_input_ids.device, candidate_input_ids.dtype)[None], torch.tensor(n)
+
+    return _speculative_sampling
+
+
 _WRAPPERS = {
     "_get_candidate_generator": _wrap_get_candidate_generator,
     "_validate_generation_mode": _wrap_validate_generation_mode,
     "_assisted_decoding": _wrap_assisted_decoding,
 }
+_MODULE_WRAPPERS = {"_speculative_sampling": _wrap_speculative_sampling}  # functions of transformers.generation.utils
 
 
 def install() -> None:
@@ -147,14 +169,27 @@ def install() -> None:
             )
         _ORIGINALS[name] = original
         setattr(GenerationMixin, name, wrap(original))
+    for name, wrap in _MODULE_WRAPPERS.items():
+        key = f"utils.{name}"
+        if key in _ORIGINALS:
+            continue
+        original = getattr(generation_utils, name, None)
+        if original is None:
+            raise ImportError(f"transformers.generation.utils has no {name}: this transformers version is not supported "
+                              "by hf_jetspec (tested with 5.24)")
+        _ORIGINALS[key] = original
+        setattr(generation_utils, name, wrap(original))
 
 
 def uninstall() -> None:
-    """Restore transformers' original methods."""
+    """Restore transformers' originals."""
     for name, original in list(_ORIGINALS.items()):
-        setattr(GenerationMixin, name, original)
+        if name.startswith("utils."):
+            setattr(generation_utils, name.removeprefix("utils."), original)
+        else:
+            setattr(GenerationMixin, name, original)
         del _ORIGINALS[name]
 
 
 def is_installed() -> bool:
-    return set(_ORIGINALS) == set(_WRAPPERS)
+    return set(_ORIGINALS) == set(_WRAPPERS) | {f"utils.{name}" for name in _MODULE_WRAPPERS}
