@@ -253,6 +253,9 @@ def test_speculative_verify_on_hand_numbers():
     assert n == 0 and tokens.tolist() == [0]  # 0.6 * 1 < 2/3: the residual's first column
     tokens, n = speculative_verify(torch.tensor([1]), q, p, uniforms=torch.tensor([0.3, 0.7]))
     assert n == 0 and tokens.tolist() == [2]  # past 2/3: the third column, never the rejected d
+    for u, expected in (([0.2, 0.5], (1, [1, 3])), ([0.3, 0.6], (0, [0])), ([0.3, 0.7], (0, [2]))):
+        tokens, n = speculative_verify(torch.tensor([1]), q, p, uniforms=torch.tensor(u), point_masses=True)
+        assert (n, tokens.tolist()) == expected  # told q is a point mass: the same decisions without reading q
     # a token the target gives probability 0 is rejected even by a uniform of exactly 0
     tokens, n = speculative_verify(torch.tensor([3]), point_mass_logits(torch.tensor([3]), 4)[0], p, uniforms=torch.tensor([0.0, 0.0]))
     assert n == 0 and tokens.tolist() == [0]
@@ -263,7 +266,7 @@ def test_sampled_chain_rounds_verify_through_speculative_verify(target, monkeypa
     forgets the rejected draft (draws from p) breaks the law, and the chi-square test sees it."""
     import hf_jetspec.generation.sampled_drafting as sd
 
-    def no_residual(drafts, q_logits, p_logits, uniforms=None):
+    def no_residual(drafts, q_logits, p_logits, uniforms=None, point_masses=False):
         return _draw_from_p(drafts, q_logits, p_logits)
 
     def _draw_from_p(drafts, q_logits, p_logits):

@@ -50,6 +50,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self.max_length = generation_config.max_length
         self.do_sample = options.draws_from_q(generation_config)  # drafts drawn from q (else argmax / point masses)
         self.sampling = bool(generation_config.do_sample)  # point masses then go to the verifier as point-mass logits
+        self.point_mass_logits = None  # the latest such logits: the verifier knows them by identity and skips reading q
         self.logits_processor = logits_processor
         self.vocab_size = target.get_output_embeddings().weight.shape[0]
         self._drawn_logits = None  # the proposal logits of this round's sampled drafter block [1, g, V]
@@ -229,7 +230,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
                 candidates = torch.cat([input_ids, extra], dim=-1)
             proposal, self._drawn_logits = self._drawn_logits, None
             if proposal is None and tokens and self.sampling:
-                proposal = point_mass_logits(extra[0], self.vocab_size)
+                proposal = self.point_mass_logits = point_mass_logits(extra[0], self.vocab_size)
             self._t_verify_start = time.perf_counter()
             self.stats.draft_time_s += self._t_verify_start - t0
             return candidates, proposal
@@ -243,7 +244,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
 
         self._proposed = draft.numel()
         if proposal is None and self.sampling and draft.numel():
-            proposal = point_mass_logits(draft.to(input_ids.device), self.vocab_size)
+            proposal = self.point_mass_logits = point_mass_logits(draft.to(input_ids.device), self.vocab_size)
         candidates = torch.cat([input_ids, draft.to(input_ids.device, input_ids.dtype)[None]], dim=-1)
         self._t_verify_start = time.perf_counter()
         self.stats.draft_time_s += self._t_verify_start - t0

@@ -148,7 +148,7 @@ def point_mass_logits(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 
 def speculative_verify(drafts: torch.Tensor, q_logits: torch.Tensor, p_logits: torch.Tensor,
-                       uniforms: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+                       uniforms: torch.Tensor | None = None, point_masses: bool = False) -> tuple[torch.Tensor, int]:
     """Verify drafts ``[L]`` drawn from ``q`` (logits ``[L, V]``) against the target's processed logits
     ``[L + 1, V]`` (speculative sampling, Leviathan et al. 2023, Algorithm 1). Returns the committed
     tokens ``[n + 1]`` (the ``n`` accepted drafts, then one draw of the residual at the first
@@ -157,19 +157,30 @@ def speculative_verify(drafts: torch.Tensor, q_logits: torch.Tensor, p_logits: t
     Draft ``i`` is accepted iff ``u_i < p_i(x_i) / q_i(x_i)`` with ``u_i`` uniform on [0, 1) (float64,
     from the global random stream, or ``uniforms`` ``[L + 1]``, the last one for the committed draw).
     The strict inequality never accepts a token the target gives probability 0 (transformers' verifier
-    compares with ``<=`` and accepts one when a float32 uniform is exactly 0, once in 2**24)."""
+    compares with ``<=`` and accepts one when a float32 uniform is exactly 0, once in 2**24).
+    ``point_masses=True`` says ``q_logits`` are :func:`point_mass_logits` of ``drafts``: then
+    ``q_i(x_i) = 1`` and the residual is ``p`` without ``x_i``, and ``q_logits`` are not read. Rows
+    after the first rejection are never normalised."""
     length = drafts.numel()
-    q = torch.softmax(q_logits.float(), dim=-1)
-    p = torch.softmax(p_logits.float(), dim=-1)
-    rows = torch.arange(length, device=p.device)
-    d = drafts.to(p.device).long()
-    q_d, p_d = q[rows, d].double(), p[rows, d].double()
-    ratio = torch.where(q_d > 0, p_d / q_d.clamp(min=1e-300), torch.zeros_like(p_d))
+    device = p_logits.device
+    d = drafts.to(device).long()
     if uniforms is None:
-        uniforms = torch.rand(length + 1, dtype=torch.float64, device=p.device)
-    accepted = uniforms[:length].double() < ratio
-    n = int((accepted.long().cumprod(-1)).sum())
-    last = p[n] if n == length else torch.clamp(p[n] - q[n], min=0)
+        uniforms = torch.rand(length + 1, dtype=torch.float64, device=device)
+    uniforms = uniforms.double()
+    # row by row, stopping at the first rejection: the rows after it are never normalised
+    q_rows, p_rows = (None if point_masses else q_logits.float()), p_logits.float()
+    n = 0
+    while n < length:
+        p_d = (p_rows[n, d[n]] - torch.logsumexp(p_rows[n], dim=-1)).double().exp()
+        q_d = 1.0 if point_masses else (q_rows[n, d[n]] - torch.logsumexp(q_rows[n], dim=-1)).double().exp()
+        if not (q_d > 0 and bool(uniforms[n] < p_d / q_d)):
+            break
+        n += 1
+    last = torch.softmax(p_rows[n], dim=-1)
+    if n < length and point_masses:
+        last[d[n]] = 0.0  # max(p - delta_d, 0)
+    elif n < length:
+        last = torch.clamp(last - torch.softmax(q_rows[n], dim=-1), min=0)
     t = draw_rows(last[None], uniforms[length:length + 1])
     return torch.cat([d[:n], t]), n
 

@@ -142,7 +142,11 @@ def _wrap_speculative_sampling(original):
                             assistant_ensemble_weight=assistant_ensemble_weight)
         from .sampled_drafting import speculative_verify
 
-        tokens, n = speculative_verify(candidate_input_ids[0, -candidate_length:], candidate_logits[0], new_logits[0])
+        generators = _running_calls()[-1]
+        # the generator's own point-mass logits (the same tensor): q is known, not read
+        point_masses = bool(generators) and getattr(generators[-1], "point_mass_logits", None) is candidate_logits
+        tokens, n = speculative_verify(candidate_input_ids[0, -candidate_length:], candidate_logits[0], new_logits[0],
+                                       point_masses=point_masses)
         return tokens.to(candidate_input_ids.device, candidate_input_ids.dtype)[None], torch.tensor(n)
 
     return _speculative_sampling
