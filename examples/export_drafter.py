@@ -15,7 +15,6 @@ The card records the training data, recipe and command, and the acceptance lengt
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 from pathlib import Path
 
@@ -121,21 +120,14 @@ def sharegpt_top_tokens(target_name: str, n: int) -> list[int]:
 def widen(drafter, args) -> None:
     """Widen the draft vocabulary to ``--widen-draft-vocab`` ids: the cache's response tokens by
     frequency first, then ShareGPT's (read only if the cache runs out); print the cache's coverage."""
-    from hf_jetspec.drafter.draft_vocab import ranked_by_count, vocab_coverage
+    from hf_jetspec.drafter.draft_vocab import widen_by_counts
     from hf_jetspec.training.feature_cache import FeatureCacheDataset, cached_answer_counts
 
     counts = None
     if args.vocab_cache:
         counts = cached_answer_counts(FeatureCacheDataset(args.vocab_cache, layer_ids=drafter.config.target_layer_ids))
-
-    def sharegpt():
-        yield from sharegpt_top_tokens(args.target_name, args.widen_draft_vocab)
-
-    before = drafter.draft_vocab.tolist()
-    drafter.widen_draft_vocab(itertools.chain(ranked_by_count(counts) if counts else [], sharegpt()), args.widen_draft_vocab)
-    covered = (f", covering {vocab_coverage(before, counts):.1%} -> {vocab_coverage(drafter.draft_vocab.tolist(), counts):.1%} "
-               "of the cache's answer tokens") if counts else ""
-    print(f"draft vocabulary widened from {len(before)} to {drafter.config.draft_vocab_size} ids{covered}")
+    print(widen_by_counts(drafter, args.widen_draft_vocab, counts,
+                          lambda: sharegpt_top_tokens(args.target_name, args.widen_draft_vocab)))
 
 
 def main() -> None:

@@ -16,7 +16,6 @@ of the drafter's layers (peft), merged into the saved drafter.
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 
 import torch
@@ -25,10 +24,28 @@ from transformers.trainer_utils import get_last_checkpoint
 from hf_jetspec import JetSpecDrafter, load_target
 from hf_jetspec.tools.data import frequent_response_tokens
 from hf_jetspec.training import FeatureCacheCollator, FeatureCacheDataset, JetSpecTrainer, JetSpecTrainingArguments
-from hf_jetspec.drafter.draft_vocab import ranked_by_count, vocab_coverage
+from hf_jetspec.drafter.draft_vocab import widen_by_counts
 from hf_jetspec.training.feature_cache import cached_answer_counts, frequent_cached_tokens
 from hf_jetspec.training.corpus import CorpusCollator, load_training_corpus
 from hf_jetspec.training.lora import lora_drafter, merged_drafter
+
+
+def check_resumable(checkpoint: str, drafter) -> None:
+    """Refuse, by name, to resume a checkpoint whose drafter has another shape than the one this
+    command built (e.g. a changed ``--widen-draft-vocab`` or ``--layers`` with the same ``--output-dir``)."""
+    import json
+
+    path = os.path.join(checkpoint, "config.json")
+    if not os.path.isfile(path):  # a LoRA checkpoint holds only its adapter
+        return
+    with open(path) as f:
+        saved = json.load(f)
+    mine = drafter.config.to_dict()
+    keys = ("draft_vocab_size", "num_hidden_layers", "hidden_size", "intermediate_size", "target_layer_ids", "block_size")
+    changed = [f"{k} {saved.get(k)} -> {mine.get(k)}" for k in keys if saved.get(k) != mine.get(k)]
+    if changed:
+        raise SystemExit(f"{checkpoint} holds a drafter of another shape ({', '.join(changed)}): "
+                         "resume with the options it was started with, or choose a new --output-dir")
 
 
 def main() -> None:
@@ -117,15 +134,8 @@ def main() -> None:
         drafter.restrict_draft_vocab(frequent_cached_tokens(corpus, args.draft_vocab_from_cache))
     if args.widen_draft_vocab:
         counts = cached_answer_counts(corpus) if args.feature_cache else None
-
-        def sharegpt():  # read only if the cache's answers run out
-            yield from frequent_response_tokens(tokenizer, args.widen_draft_vocab)
-
-        before = drafter.draft_vocab.tolist()
-        drafter.widen_draft_vocab(itertools.chain(ranked_by_count(counts) if counts else [], sharegpt()), args.widen_draft_vocab)
-        covered = (f", covering {vocab_coverage(before, counts):.1%} -> {vocab_coverage(drafter.draft_vocab.tolist(), counts):.1%} "
-                   "of the cache's answer tokens") if counts else ""
-        print(f"draft vocabulary widened from {len(before)} to {drafter.config.draft_vocab_size} ids{covered}")
+        print(widen_by_counts(drafter, args.widen_draft_vocab, counts,
+                              lambda: frequent_response_tokens(tokenizer, args.widen_draft_vocab)))
     model = lora_drafter(drafter, rank=args.lora_rank) if args.lora_rank else drafter
     max_steps = args.max_steps
     if args.num_epochs is not None:
@@ -155,6 +165,8 @@ def main() -> None:
     )
     trainer = JetSpecTrainer(model=model, args=targs, target=target, train_dataset=corpus, data_collator=collator)
     last = get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None
+    if last is not None:
+        check_resumable(last, drafter)
     trainer.train(resume_from_checkpoint=last)
     final = os.path.join(args.output_dir, "final")
     merged_drafter(model).save_pretrained(final)

@@ -267,14 +267,11 @@ def test_sampled_chain_rounds_verify_through_speculative_verify(target, monkeypa
     import hf_jetspec.generation.sampled_drafting as sd
 
     def no_residual(drafts, q_logits, p_logits, uniforms=None, point_masses=False):
-        return _draw_from_p(drafts, q_logits, p_logits)
-
-    def _draw_from_p(drafts, q_logits, p_logits):
         p = torch.softmax(p_logits.float(), -1)
         n = 0
         while n < drafts.numel() and float(torch.rand(())) < float(p[n, drafts[n]]):
             n += 1
-        return torch.cat([drafts[:n].long(), sd.draw_rows(p[n][None])]), n
+        return torch.cat([drafts[:n].long(), sd.draw_rows(p[n][None])]), n  # p, not p without the rejected draft
 
     calls = []
     real = sd.speculative_verify

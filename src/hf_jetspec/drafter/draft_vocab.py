@@ -7,8 +7,9 @@ functions measure that share and widen a vocabulary with the tokens a target act
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 
 def widened_vocab(current: Sequence[int], ranked: Iterable[int], size: int) -> list[int]:
@@ -39,3 +40,17 @@ def vocab_coverage(vocab: Iterable[int], counts: Counter) -> float:
         raise ValueError("no counted tokens")
     ids = set(int(t) for t in vocab)
     return sum(n for t, n in counts.items() if t in ids) / total
+
+
+def widen_by_counts(drafter, size: int, counts: Counter | None, fallback: Callable[[], Iterable[int]]) -> str:
+    """Widen ``drafter``'s draft vocabulary to ``size`` ids with the counted tokens, most frequent first,
+    then with ``fallback()``'s ranking (called only if the counts run out). Returns a one-line report,
+    with the counted tokens' coverage before and after when there are counts."""
+    before = drafter.draft_vocab.tolist()
+    def then():  # fallback() runs only if the counted tokens did not fill the vocabulary
+        yield from fallback()
+
+    drafter.widen_draft_vocab(itertools.chain(ranked_by_count(counts) if counts else [], then()), size)
+    covered = (f", covering {vocab_coverage(before, counts):.1%} -> {vocab_coverage(drafter.draft_vocab.tolist(), counts):.1%} "
+               "of the counted answer tokens") if counts else ""
+    return f"draft vocabulary widened from {len(before)} to {drafter.config.draft_vocab_size} ids{covered}"

@@ -106,7 +106,8 @@ class DraftingConfig:
             processors) and verify with ``min(1, p/q)`` and the residual; tree rounds draw each
             node's children from ``q`` and verify them by multi-draft rejection
             (:mod:`hf_jetspec.generation.sampled_drafting`). False: argmax drafts and top-k trees, point masses
-            verified by exact match. Both are exact; greedy decoding is unaffected.
+            verified with exact match's law (chain rounds hand them over as point-mass logits). Both are
+            exact; greedy decoding is unaffected.
         proposal_sharpness: under sampling with ``sampled_drafts``, the drafter's logits are
             multiplied by this before the target's processors shape them into ``q`` (1: the
             drafter's own distribution; larger: sharper). Any value is exact; the best one depends
