@@ -36,7 +36,7 @@ CURRENT = [
     ("Sampling, top-p 0.9, drafts drawn from the drafter's q (the defaults: chain rounds above T = 0.5, tree rounds up to it; "
      "SmolLM2 rows measured with drafter version 2 unless marked v3; at T = 0.7 the chain-rounds column is the same "
      "configuration drawn again in the same run)", [
-        ("SmolLM2 v3, MT-Bench, T = 0.7 (20 prompts)", "sampling_smollm2_mt-bench_t0.7_pointmass_20.json", "jetspec"),
+        ("SmolLM2 v3, MT-Bench, T = 0.7 (20 prompts)", "sampling_smollm2_mt-bench_t0.7_lazy_20.json", "jetspec"),
         ("SmolLM2, MT-Bench, T = 1.0", "sampling_smollm2_mt-bench_t1.0.json", "jetspec"),
         ("SmolLM2, GSM8K, T = 0.7", "sampling_smollm2_gsm8k_t0.7.json", "jetspec"),
         ("SmolLM2, HumanEval, T = 0.7", "sampling_smollm2_humaneval_t0.7.json", "jetspec"),

@@ -13,7 +13,14 @@ logits [L + 1, V] under sampling, each timed warm (median of repeats, millisecon
   tensor), so ``q`` is built but not read.
 
 All three follow the same law; the logits processors that run before them are the same in each and
-are not timed. The logits are random with half the vocabulary cut to ``-inf`` (the shape after top-p),
+are not timed. Two more columns time the target's processors (temperature 0.7, top-k 50, top-p 0.9,
+transformers' sampling defaults with the benchmarks' temperature and top-p) together with
+``point_mass_ours``:
+
+- ``processed_every_row``: the processors on each of the L + 1 rows, as transformers' chain loop
+  applies them, then the verifier;
+- ``processed_lazily``: the verifier applying them itself, row by row through the row it draws from
+  (what JetSpec chain rounds do under sampling, ``seam._DeferredProcessors``). The logits are random with half the vocabulary cut to ``-inf`` (the shape after top-p),
 and each draft's logit is raised by ``--draft-boost``: by default every draft is accepted, the
 slowest case for ``point_mass_ours``, which stops normalising rows at the first rejection.
 """
@@ -28,6 +35,8 @@ import time
 
 import torch
 import transformers.generation.utils as generation_utils
+
+from transformers.generation.logits_process import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from hf_jetspec.generation.sampled_drafting import point_mass_logits, speculative_verify
 
@@ -77,6 +86,27 @@ def main() -> None:
                                                 args.iters, args.repeats),
                "point_mass_ours": timed(lambda: speculative_verify(drafts, point_mass_logits(drafts, args.vocab)[0], logits[0],
                                                                    point_masses=True), args.iters, args.repeats)}
+        processors = LogitsProcessorList([TemperatureLogitsWarper(0.7), TopKLogitsWarper(50), TopPLogitsWarper(0.9)])
+        raw = logits * 0.7  # processed again by the temperature
+        start = candidates.shape[1] - length
+
+        def processed_every_row():
+            block = raw.clone()
+            for i in range(length + 1):
+                block[:, i, :] = processors(candidates[:, :start + i], block[:, i, :])
+            return speculative_verify(drafts, point_mass_logits(drafts, args.vocab)[0], block[0], point_masses=True)
+
+        def processed_lazily():
+            block = raw.clone()
+
+            def process_row(i):
+                block[:, i, :] = processors(candidates[:, :start + i], block[:, i, :])
+
+            return speculative_verify(drafts, point_mass_logits(drafts, args.vocab)[0], block[0], point_masses=True,
+                                      process_row=process_row)
+
+        row["processed_every_row"] = timed(processed_every_row, args.iters, args.repeats)
+        row["processed_lazily"] = timed(processed_lazily, args.iters, args.repeats)
         rows.append(row)
         print(json.dumps(row))
     with open(args.output, "w") as f:

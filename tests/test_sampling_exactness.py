@@ -266,7 +266,9 @@ def test_sampled_chain_rounds_verify_through_speculative_verify(target, monkeypa
     forgets the rejected draft (draws from p) breaks the law, and the chi-square test sees it."""
     import hf_jetspec.generation.sampled_drafting as sd
 
-    def no_residual(drafts, q_logits, p_logits, uniforms=None, point_masses=False):
+    def no_residual(drafts, q_logits, p_logits, uniforms=None, point_masses=False, process_row=None):
+        for i in range(p_logits.shape[0] if process_row else 0):
+            process_row(i)
         p = torch.softmax(p_logits.float(), -1)
         n = 0
         while n < drafts.numel() and float(torch.rand(())) < float(p[n, drafts[n]]):
@@ -285,3 +287,81 @@ def test_sampled_chain_rounds_verify_through_speculative_verify(target, monkeypa
     law = exact_joint(target, [TemperatureLogitsWarper(1.0)])
     counts = empirical(target, drafter, temperature=1.0, top_k=0)
     assert chi2_pvalue(law, counts) < 1e-3
+
+
+def test_speculative_verify_processes_only_the_rows_it_reads():
+    """``process_row`` runs once per row, in order, through the row it draws from: drafts (1, 1) on
+    rows whose processed form is p = (0.5, 0.25, 0.25, 0); u = 0.2 accepts the first, u = 0.3 rejects
+    the second, so row 2 (the bonus row) is never processed. The decisions are those of the
+    pre-processed block."""
+    from hf_jetspec.generation.sampled_drafting import point_mass_logits, speculative_verify
+
+    processed = torch.log(torch.tensor([0.5, 0.25, 0.25, 0.0])).expand(3, 4).clone()
+    raw = torch.zeros(3, 4)  # uniform until processed
+    calls = []
+
+    def process_row(i):
+        calls.append(i)
+        raw[i] = processed[i]
+
+    drafts, u = torch.tensor([1, 1]), torch.tensor([0.2, 0.3, 0.6])
+    q = point_mass_logits(drafts, 4)[0]
+    lazy = speculative_verify(drafts, q, raw, uniforms=u, point_masses=True, process_row=process_row)
+    eager = speculative_verify(drafts, q, processed, uniforms=u, point_masses=True)
+    assert calls == [0, 1]
+    assert lazy[1] == eager[1] == 1 and lazy[0].tolist() == eager[0].tolist() == [1, 0]
+    calls.clear()
+    raw.zero_()
+    speculative_verify(drafts, q, raw, uniforms=torch.tensor([0.2, 0.2, 0.6]), point_masses=True, process_row=process_row)
+    assert calls == [0, 1, 2]  # both accepted: the bonus row is read, so processed
+
+
+def test_row_pure_accepts_transformers_own_row_processors_only():
+    from transformers.generation.logits_process import LogitsProcessor, RepetitionPenaltyLogitsProcessor
+
+    from hf_jetspec.generation.sampled_drafting import row_pure
+
+    class Mine(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            return scores
+
+    class MyTopP(TopPLogitsWarper):
+        pass
+
+    assert row_pure([TemperatureLogitsWarper(0.7), TopKLogitsWarper(50), TopPLogitsWarper(0.9),
+                     RepetitionPenaltyLogitsProcessor(1.1)])
+    assert not row_pure([TemperatureLogitsWarper(0.7), Mine()])
+    assert not row_pure([MyTopP(0.9)])  # a subclass may keep state: processed eagerly
+
+
+def test_lazily_processed_rounds_sample_the_same_tokens(target, monkeypatch):
+    """With the same seed, generation with the processors deferred to the verifier commits the same
+    tokens and reports the same scores as with every row processed by transformers, and processes
+    fewer rows (the rows after a rejection are skipped)."""
+    calls = {"n": 0}
+    real_top_p = TopPLogitsWarper.__call__
+
+    def counting_top_p(self, input_ids, scores):
+        calls["n"] += 1
+        return real_top_p(self, input_ids, scores)
+
+    monkeypatch.setattr(TopPLogitsWarper, "__call__", counting_top_p)
+    drafter = sharp_drafter(target)
+    drafter.drafting_config = drafter.drafting_config.replace(policy=False, sampled_drafts=False)
+
+    def run():
+        outs, calls["n"] = [], 0
+        for seed in range(12):
+            torch.manual_seed(seed)
+            out = target.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), assistant_model=drafter, do_sample=True,
+                                  max_new_tokens=10, min_new_tokens=10, temperature=0.7, top_p=0.95, top_k=0,
+                                  output_scores=True, return_dict_in_generate=True)
+            outs.append((out.sequences[0].tolist(), torch.stack(out.scores)))
+        return outs, calls["n"]
+
+    lazy, lazy_rows = run()
+    monkeypatch.setattr(cg, "row_pure", lambda processors: False)
+    eager, eager_rows = run()
+    assert [seq for seq, _ in lazy] == [seq for seq, _ in eager]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(lazy, eager))
+    assert lazy_rows < eager_rows

@@ -11,7 +11,7 @@ from transformers.generation.candidate_generator import CandidateGenerator
 from ..drafter.drafter_cache import gather_pending, trim_pending
 from ..drafter.drafting_config import check_context_window
 from ..drafter.jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
-from .sampled_drafting import make_proposal, point_mass_logits
+from .sampled_drafting import make_proposal, point_mass_logits, row_pure
 from .stats import GenerationStats
 
 
@@ -52,6 +52,9 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self.sampling = bool(generation_config.do_sample)  # point masses then go to the verifier as point-mass logits
         self.point_mass_logits = None  # the latest such logits: the verifier knows them by identity and skips reading q
         self.logits_processor = logits_processor
+        # under sampling with processors that read only their own row, the verifier applies them lazily
+        self._lazy_processing = self.sampling and bool(logits_processor) and row_pure(logits_processor)
+        self.defers_processing = False  # this round's rows reach the verifier unprocessed (see seam._DeferredProcessors)
         self.vocab_size = target.get_output_embeddings().weight.shape[0]
         self._drawn_logits = None  # the proposal logits of this round's sampled drafter block [1, g, V]
         drafter.configure_engine(options)
@@ -175,6 +178,13 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         return [hidden[i + 1][:, :count] for i in self.layer_ids]
 
     def get_candidates(self, input_ids, model_kwargs=None, model_outputs=None, is_first_iteration=False, n_last_matches=0, **kwargs):
+        candidates, logits = self._candidates(input_ids, model_kwargs, model_outputs, is_first_iteration, n_last_matches)
+        # a round with candidate logits under sampling is verified by speculative_verify, which applies the
+        # target's processors to the rows it reads; any other round is processed by transformers as usual
+        self.defers_processing = self._lazy_processing and logits is not None
+        return candidates, logits
+
+    def _candidates(self, input_ids, model_kwargs, model_outputs, is_first_iteration, n_last_matches):
         if is_first_iteration:
             mask = (model_kwargs or {}).get("attention_mask")
             if mask is not None and not bool(mask.all()):

@@ -50,6 +50,7 @@ uniform per row against the row's cumulative distribution.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -148,7 +149,8 @@ def point_mass_logits(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 
 def speculative_verify(drafts: torch.Tensor, q_logits: torch.Tensor, p_logits: torch.Tensor,
-                       uniforms: torch.Tensor | None = None, point_masses: bool = False) -> tuple[torch.Tensor, int]:
+                       uniforms: torch.Tensor | None = None, point_masses: bool = False,
+                       process_row: Callable[[int], None] | None = None) -> tuple[torch.Tensor, int]:
     """Verify drafts ``[L]`` drawn from ``q`` (logits ``[L, V]``) against the target's processed logits
     ``[L + 1, V]`` (speculative sampling, Leviathan et al. 2023, Algorithm 1). Returns the committed
     tokens ``[n + 1]`` (the ``n`` accepted drafts, then one draw of the residual at the first
@@ -160,23 +162,32 @@ def speculative_verify(drafts: torch.Tensor, q_logits: torch.Tensor, p_logits: t
     compares with ``<=`` and accepts one when a float32 uniform is exactly 0, once in 2**24).
     ``point_masses=True`` says ``q_logits`` are :func:`point_mass_logits` of ``drafts``: then
     ``q_i(x_i) = 1`` and the residual is ``p`` without ``x_i``, and ``q_logits`` are not read. Rows
-    after the first rejection are never normalised."""
+    after the first rejection are never normalised. ``process_row(i)``, when given, is called once
+    before row ``i`` of ``p_logits`` is first read and may write that row in place (the target's
+    logits processors applied only to the rows verification reads)."""
     length = drafts.numel()
     device = p_logits.device
     d = drafts.to(device).long()
     if uniforms is None:
         uniforms = torch.rand(length + 1, dtype=torch.float64, device=device)
     uniforms = uniforms.double()
-    # row by row, stopping at the first rejection: the rows after it are never normalised
-    q_rows, p_rows = (None if point_masses else q_logits.float()), p_logits.float()
+
+    def p_row(i: int) -> torch.Tensor:
+        if process_row is not None:
+            process_row(i)
+        return p_logits[i].float()
+
+    # row by row, stopping at the first rejection: the rows after it are never processed nor normalised
+    q_rows = None if point_masses else q_logits.float()
     n = 0
     while n < length:
-        p_d = (p_rows[n, d[n]] - torch.logsumexp(p_rows[n], dim=-1)).double().exp()
+        row = p_row(n)
+        p_d = (row[d[n]] - torch.logsumexp(row, dim=-1)).double().exp()
         q_d = 1.0 if point_masses else (q_rows[n, d[n]] - torch.logsumexp(q_rows[n], dim=-1)).double().exp()
         if not (q_d > 0 and bool(uniforms[n] < p_d / q_d)):
             break
         n += 1
-    last = torch.softmax(p_rows[n], dim=-1)
+    last = torch.softmax(row if n < length else p_row(n), dim=-1)
     if n < length and point_masses:
         last[d[n]] = 0.0  # max(p - delta_d, 0)
     elif n < length:
@@ -213,6 +224,32 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     keep = (vals.cumsum(-1) - vals) < top_p  # the mass before each token is short of top_p
     out = torch.full_like(logits, float("-inf"))
     return out.scatter_(-1, cols, torch.where(keep, logits.gather(-1, cols), out[:, :k]))
+
+
+# Processors whose output for a row depends only on that row and its input ids (no state kept between
+# calls, no user callback): applying them to fewer rows cannot change what they return for the others.
+_ROW_PURE_PROCESSORS = (
+    "EncoderNoRepeatNGramLogitsProcessor", "EncoderRepetitionPenaltyLogitsProcessor", "EpsilonLogitsWarper",
+    "EtaLogitsWarper", "ExponentialDecayLengthPenalty", "ForcedBOSTokenLogitsProcessor", "ForcedEOSTokenLogitsProcessor",
+    "InfNanRemoveLogitsProcessor", "LogitNormalization", "MinLengthLogitsProcessor", "MinNewTokensLengthLogitsProcessor",
+    "MinPLogitsWarper", "NoBadWordsLogitsProcessor", "NoRepeatNGramLogitsProcessor", "RepetitionPenaltyLogitsProcessor",
+    "SequenceBiasLogitsProcessor", "SuppressTokensAtBeginLogitsProcessor", "SuppressTokensLogitsProcessor",
+    "TemperatureLogitsWarper", "TopHLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper", "TypicalLogitsWarper",
+)
+
+
+def row_pure(logits_processor) -> bool:
+    """Whether every processor of the list is one of transformers' own that reads only the row it
+    processes and its input ids. Such a list may be applied lazily, to the rows verification reads;
+    any other (a user's processor, classifier-free guidance with its own model cache, watermarks) is
+    applied to every row as transformers does."""
+    from transformers.generation import logits_process
+
+    for proc in logits_processor or []:
+        name = type(proc).__name__
+        if name not in _ROW_PURE_PROCESSORS or type(proc) is not getattr(logits_process, name, None):
+            return False
+    return True
 
 
 def _direct_warpers(logits_processor) -> list | None:

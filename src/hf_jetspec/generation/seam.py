@@ -9,7 +9,9 @@ else: ``_validate_generation_mode`` (JetSpec-specific errors before generic ones
 ``_assisted_decoding`` (the output is cut at the first token where a stopping criterion fires, as
 plain decoding would stop; see :mod:`hf_jetspec.generation.stopping`). One private function is
 wrapped too: ``transformers.generation.utils._speculative_sampling``, which chain rounds under sampling
-reach only while a JetSpec call runs (:func:`~hf_jetspec.generation.sampled_drafting.speculative_verify`). While a JetSpec call runs, a CPU target
+reach only while a JetSpec call runs (:func:`~hf_jetspec.generation.sampled_drafting.speculative_verify`,
+which applies the target's logits processors itself to the rows it reads; :class:`_DeferredProcessors`
+lets those rounds through transformers' per-row processing loop unchanged). While a JetSpec call runs, a CPU target
 with SDPA attention attends through :mod:`hf_jetspec.generation.gqa_attention` (a public ``AttentionInterface``
 registration, switched back afterwards). :func:`install` runs on ``import hf_jetspec``; :func:`uninstall`
 restores the originals.
@@ -50,7 +52,8 @@ def _wrap_get_candidate_generator(original):
         if _is_drafter(assistant_model):
             from .candidate_generator import JetSpecCandidateGenerator
 
-            generator = JetSpecCandidateGenerator(self, assistant_model, generation_config, logits_processor)
+            processors = logits_processor.processors if isinstance(logits_processor, _DeferredProcessors) else logits_processor
+            generator = JetSpecCandidateGenerator(self, assistant_model, generation_config, processors)
             calls = _running_calls()
             if calls:  # handed to the running _assisted_decoding, which closes it and publishes its statistics
                 calls[-1].append(generator)
@@ -112,6 +115,9 @@ def _jetspec_decoding(original, self, input_ids, *args, **kwargs):
         return tree_decoding(self, input_ids, given["logits_processor"], given["stopping_criteria"], given["generation_config"],
                              given["streamer"], drafter, kwargs)
     generators: list = []
+    config = kwargs.get("generation_config")
+    if config is not None and config.do_sample and kwargs.get("logits_processor") is not None:
+        kwargs["logits_processor"] = _DeferredProcessors(kwargs["logits_processor"], generators)
     _running_calls().append(generators)
     try:
         result = original(self, input_ids, *args, **kwargs)
@@ -130,6 +136,33 @@ def _jetspec_decoding(original, self, input_ids, *args, **kwargs):
     return result if keep == sequences.shape[1] else truncate_generate_output(result, keep, input_ids.shape[1])
 
 
+class _DeferredProcessors:
+    """The target's logits processors as transformers' chain loop sees them under sampling.
+
+    transformers applies the processors to every row of the verified block before verification; a
+    block rejected at its first rows discards the rest (a top-p sort of the whole vocabulary each).
+    While the round's generator says ``defers_processing`` (its candidate logits go to
+    :func:`~hf_jetspec.generation.sampled_drafting.speculative_verify` and its processors read only
+    their own row), a call returns the row unchanged and the verifier applies the same processors, to
+    the same rows with the same input ids and in the same order, up to the row it draws from. Every
+    other call (the prefill, plain rounds, other processors) is the list's own."""
+
+    def __init__(self, processors, generators: list):
+        self.processors = processors
+        self._generators = generators
+
+    def __len__(self) -> int:
+        return len(self.processors)
+
+    def __iter__(self):
+        return iter(self.processors)
+
+    def __call__(self, input_ids, scores, **kwargs):
+        if self._generators and self._generators[-1].defers_processing:
+            return scores
+        return self.processors(input_ids, scores, **kwargs)
+
+
 def _wrap_speculative_sampling(original):
     """transformers' chain verifier under sampling (a module function it calls by name): while a JetSpec
     chain call runs on this thread, :func:`~hf_jetspec.generation.sampled_drafting.speculative_verify`
@@ -145,8 +178,15 @@ def _wrap_speculative_sampling(original):
         generators = _running_calls()[-1]
         # the generator's own point-mass logits (the same tensor): q is known, not read
         point_masses = bool(generators) and getattr(generators[-1], "point_mass_logits", None) is candidate_logits
+        process_row = None
+        if generators and generators[-1].defers_processing:  # the rows arrive unprocessed (_DeferredProcessors)
+            processors, start = generators[-1].logits_processor, candidate_input_ids.shape[1] - candidate_length
+
+            def process_row(i: int) -> None:  # transformers' own step, for one row
+                new_logits[:, i, :] = processors(candidate_input_ids[:, :start + i], new_logits[:, i, :])
+
         tokens, n = speculative_verify(candidate_input_ids[0, -candidate_length:], candidate_logits[0], new_logits[0],
-                                       point_masses=point_masses)
+                                       point_masses=point_masses, process_row=process_row)
         return tokens.to(candidate_input_ids.device, candidate_input_ids.dtype)[None], torch.tensor(n)
 
     return _speculative_sampling
