@@ -40,7 +40,7 @@ CURRENT = [
         ("SmolLM2, MT-Bench, T = 1.0", "sampling_smollm2_mt-bench_t1.0.json", "jetspec"),
         ("SmolLM2, GSM8K, T = 0.7", "sampling_smollm2_gsm8k_t0.7.json", "jetspec"),
         ("SmolLM2, HumanEval, T = 0.7", "sampling_smollm2_humaneval_t0.7.json", "jetspec"),
-        ("Qwen, HumanEval, T = 0.7", "sampling_qwen_humaneval_t0.7_verify.json", "jetspec"),
+        ("Qwen, HumanEval, T = 0.7", "sampling_qwen_humaneval_t0.7_lazy.json", "jetspec"),
         ("Qwen, HumanEval, T = 0.2 (trees)", "sampling_qwen_humaneval_t0.2.json", "jetspec-tree-policy"),
     ]),
     ("Long prompts, SmolLM2-135M, greedy, bf16 (summaries, quotes and code edits; the defaults run chain rounds past 1,024 prompt tokens)", [
