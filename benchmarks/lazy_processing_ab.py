@@ -1,4 +1,4 @@
-"""Sampled chain rounds with the target's logits processors applied lazily, against every row, end to end.
+"""Sampled rounds with the target's logits processors applied lazily, against every row, end to end.
 
     python benchmarks/lazy_processing_ab.py --target smollm2-135m --prompts mt-bench --limit 20 \
         --output benchmarks/results/lazy_processing_smollm2_mt-bench_t0.7.json
@@ -6,12 +6,14 @@
 Under sampling, transformers applies the target's processors (temperature, top-k, top-p: a sort of
 the whole vocabulary per row) to every row of a verified block before verification. JetSpec's chain
 rounds defer them to the verifier, which processes only the rows it reads, through the first
-rejection (``seam._DeferredProcessors``). This script runs the shipped drafter with its defaults on
-each item twice, lazily and with every row processed (the generator told that its processors are not
-row-pure, so transformers processes every row as it would without hf_jetspec), alternating which goes
-first, and reports tokens per second, tau and the verification milliseconds per round of each. The
-two sides follow the same law; their sampled texts differ where the round policy, which reads the
-measured round times, chooses differently, so tau is reported beside the speed.
+rejection (``seam._DeferredProcessors``); tree rounds (the defaults at T <= 0.5) process a node's
+row when verification first reads it (``tree_decoding.ProcessedRows``), only along the accepted
+path. This script runs the shipped drafter with its defaults on each item twice, lazily and with
+every row processed (``row_pure`` answering no, so every row is processed as it would be without
+hf_jetspec), alternating which goes first, and reports tokens per second, tau and the verification
+milliseconds per round of each. The two sides follow the same law; their sampled texts differ where
+the round policy, which reads the measured round times, chooses differently, so tau is reported
+beside the speed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 import torch
 
 import hf_jetspec.generation.candidate_generator as candidate_generator
+import hf_jetspec.generation.tree_decoding as tree_decoding
 from hf_jetspec import load_target
 from hf_jetspec.tools.bench import _environment, build_items
 from hf_jetspec.tools.data import load_eval_prompts
@@ -59,16 +62,19 @@ def main() -> None:
                         args.max_new_tokens)
     row_pure = candidate_generator.row_pure
     sides = {"lazy": row_pure, "every_row": lambda processors: False}
+    modules = (candidate_generator, tree_decoding)  # chain rounds and tree rounds (the defaults at T <= 0.5)
     run(target, drafter, items[0][1], 16, args.temperature, args.top_p, 0)  # warm-up
     totals = {name: {"tokens": 0, "seconds": 0.0, "rounds": 0, "accepted": 0, "verify_s": 0.0} for name in sides}
     for k, (name_k, ids) in enumerate(items):
         order = list(sides) if k % 2 == 0 else list(sides)[::-1]
         for side in order:
-            candidate_generator.row_pure = sides[side]
+            for module in modules:
+                module.row_pure = sides[side]
             try:
                 rec = run(target, drafter, ids, args.max_new_tokens, args.temperature, args.top_p, seed=k)
             finally:
-                candidate_generator.row_pure = row_pure
+                for module in modules:
+                    module.row_pure = row_pure
             for key, value in rec.items():
                 totals[side][key] += value
         print(name_k, {side: round(totals[side]["tokens"] / totals[side]["seconds"], 2) for side in sides}, flush=True)

@@ -344,3 +344,75 @@ def test_sampled_tree_rounds_from_a_restricted_draft_vocabulary_match_the_exact_
     counts = empirical(vocab4_target, drafter, temperature=1.0, top_k=0)
     assert drafter.generation_stats.sampled_drafts >= 1
     assert chi2_pvalue(law, counts) > 1e-3
+
+
+@pytest.mark.parametrize("sampled_drafts", [False, True])
+def test_sampled_tree_rounds_process_only_the_rows_they_read(vocab4_target, monkeypatch, sampled_drafts):
+    """Same seeds, same tokens with each row processed when verification first reads it as with every
+    node's row processed up front, and fewer rows processed: the nodes off the accepted path are never
+    (the prefixes each row is processed with: the next test)."""
+    from transformers.generation.logits_process import TopPLogitsWarper
+
+    calls = {"n": 0}
+    real_top_p = TopPLogitsWarper.__call__
+
+    def counting_top_p(self, input_ids, scores):
+        calls["n"] += scores.shape[0]
+        return real_top_p(self, input_ids, scores)
+
+    monkeypatch.setattr(TopPLogitsWarper, "__call__", counting_top_p)
+    drafter = _tree_drafter(vocab4_target)
+    drafter.drafting_config = drafter.drafting_config.replace(policy=False, sampled_drafts=sampled_drafts)
+    prompt = torch.tensor([[1, 3, 1, 3]])  # 0 and 2 are penalised only once a node's path holds them
+
+    def run():
+        outs, calls["n"] = [], 0
+        for seed in range(12):
+            torch.manual_seed(seed)
+            out = vocab4_target.generate(prompt, attention_mask=torch.ones_like(prompt), assistant_model=drafter, do_sample=True,
+                                         max_new_tokens=8, min_new_tokens=8, temperature=0.7, top_p=0.95, top_k=0,
+                                         repetition_penalty=3.0)
+            outs.append(out[0].tolist())
+        assert drafter.generation_stats.tree_nodes  # tree rounds ran
+        return outs, calls["n"]
+
+    lazy, lazy_rows = run()
+    monkeypatch.setattr(td, "row_pure", lambda processors: False)
+    eager, eager_rows = run()
+    assert lazy == eager
+    assert lazy_rows < eager_rows
+
+
+def test_processed_rows_are_the_rows_choose_gives():
+    """Tree: root -> 5 (node 0) -> 7 (node 2), root -> 6 (node 1). Row r + 1 is processed with the
+    sequence and node r's path: a recording processor sees exactly those prefixes, only for the rows
+    read, and each row equals _choose's row bit for bit (a repetition penalty that reads the path)."""
+    from transformers.generation.logits_process import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
+
+    from hf_jetspec.generation.tree import DraftTree
+
+    tree = DraftTree(torch.tensor([5, 6, 7]), torch.tensor([-1, -1, 0]), torch.tensor([1, 1, 2]))
+    sequence = torch.tensor([1, 2, 3])
+    logits = torch.randn(4, 16, generator=torch.Generator().manual_seed(0)) * 3
+    processors = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(2.0), TemperatureLogitsWarper(0.7)])
+    seen = []
+
+    class Record:
+        def __call__(self, input_ids, scores):
+            seen.append(input_ids[0].tolist())
+            return processors(input_ids, scores)
+
+        def __len__(self):
+            return len(processors)
+
+    rows = td.ProcessedRows(logits, tree, sequence, Record())
+    assert rows[3].shape == (16,) and rows.rows_read == 1
+    assert seen == [[1, 2, 3, 5, 7]]  # node 2's row: the sequence, then 5, 7
+    rows[0], rows[3]
+    assert seen == [[1, 2, 3, 5, 7], [1, 2, 3]] and rows.rows_read == 2  # each row processed once
+    prefixes = [sequence, torch.tensor([1, 2, 3, 5]), torch.tensor([1, 2, 3, 6]), torch.tensor([1, 2, 3, 5, 7])]
+    _, eager = td._choose(logits, prefixes, processors, do_sample=True)
+    for r in range(4):
+        assert torch.equal(rows[r], eager[r])
+    _, flat = td._choose(logits, [sequence] * 4, processors, do_sample=True)
+    assert any(not torch.equal(eager[r], flat[r]) for r in (1, 2, 3))  # the path matters here

@@ -24,7 +24,7 @@ import torch
 from ..drafter.drafter_cache import gather_pending, trim_pending
 from ..drafter.drafting_config import check_context_window
 from ..drafter.jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
-from .sampled_drafting import Proposal, make_proposal
+from .sampled_drafting import Proposal, make_proposal, row_pure
 from .stats import GenerationStats
 from ..policy import (
     CostModel,
@@ -184,6 +184,38 @@ def _forward(target, ids, positions, mask, cache, hidden_layers):
                   output_hidden_states=hidden_layers)
 
 
+class ProcessedRows:
+    """The target's processed distributions after the root and each node of a sampled tree round
+    (``[1 + N]`` rows), each row processed with its own prefix (the sequence, then the node's path)
+    and normalised when first read. Sampled verification reads only the rows on the accepted path, so
+    the other nodes' rows (a top-p sort of the whole vocabulary each) are never processed. Row ``r``
+    is what :func:`_choose` gives for it: the same processors on the same inputs, and a row's softmax
+    equals that row of a batched softmax. Only for processors that read nothing but their own row
+    (:func:`~hf_jetspec.generation.sampled_drafting.row_pure`)."""
+
+    def __init__(self, logits: torch.Tensor, tree: DraftTree, sequence: torch.Tensor, logits_processor, device=None):
+        self.logits, self.tree, self.sequence, self.processors = logits, tree, sequence, logits_processor
+        self.device = logits.device if device is None else device  # where the rows are handed over
+        self._rows: dict[int, torch.Tensor] = {}
+
+    def __len__(self) -> int:
+        return self.logits.shape[0]
+
+    def __getitem__(self, row: int) -> torch.Tensor:
+        row = int(row)
+        if row not in self._rows:
+            x = self.logits[row : row + 1]
+            if len(self.processors) > 0:
+                prefix = self.sequence if row == 0 else torch.cat([self.sequence, self.tree.tokens[self.tree.path(row - 1)].to(self.sequence.device)])
+                x = self.processors(prefix[None], x)
+            self._rows[row] = torch.softmax(x, dim=-1)[0].to(self.device)
+        return self._rows[row]
+
+    @property
+    def rows_read(self) -> int:
+        return len(self._rows)
+
+
 def _choose(logits, prefixes, logits_processor, do_sample):
     """Process each row with its own prefix; greedy argmax or the processed probabilities."""
     if len(logits_processor) > 0:
@@ -305,6 +337,7 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
     layer_ids = list(drafter.config.target_layer_ids)
     hidden_layers = [i + 1 for i in layer_ids]
     do_sample = bool(generation_config.do_sample)
+    lazy_rows = do_sample and row_pure(logits_processor)  # sampled rounds process only the rows they read
     sampling = options.draws_from_q(generation_config)  # drafter nodes drawn from q, multi-draft verification
     vocab_size = target.get_output_embeddings().weight.shape[0]
     boolean_mask = getattr(target.config, "_attn_implementation", "sdpa") != "eager"
@@ -393,14 +426,20 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
         mask = verification_mask(tree, cur - 1, target.dtype, device, boolean_mask)
         out = _forward(target, ids, tree_positions(tree, cur - 1)[None].to(device), mask, cache, hidden_layers)
         logits = out.logits[0].float()
-        prefixes = []
-        if len(logits_processor) > 0:  # each row is processed with its own prefix: the sequence, then the node's path
-            prefixes = [input_ids[0]] + [torch.cat([input_ids[0], tree.tokens[tree.path(i)].to(device)]) for i in range(len(tree))]
-        choice, probs = _choose(logits, prefixes, logits_processor, do_sample)
+        if lazy_rows:  # sampling: each row processed and normalised when verification first reads it
+            # multi-draft verification combines the rows with q on the CPU
+            choice, probs = None, ProcessedRows(logits, tree, input_ids[0], logits_processor, "cpu" if sampled is not None else None)
+        else:
+            prefixes = []
+            if len(logits_processor) > 0:  # each row is processed with its own prefix: the sequence, then the node's path
+                prefixes = [input_ids[0]] + [torch.cat([input_ids[0], tree.tokens[tree.path(i)].to(device)]) for i in range(len(tree))]
+            choice, probs = _choose(logits, prefixes, logits_processor, do_sample)
+            if probs is not None and sampled is not None:
+                probs = probs.cpu()
         if probs is None:
             accepted, bonus = accept_greedy(tree, choice.cpu())
         elif sampled is not None:
-            accepted, bonus = accept_multidraft(sampled, probs.cpu(), q_table.dense_probs())
+            accepted, bonus = accept_multidraft(sampled, probs, q_table.dense_probs())
         else:
             accepted, bonus = accept_sampled(tree, probs)
         rows = [0] + [1 + i for i in accepted]
