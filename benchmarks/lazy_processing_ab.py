@@ -27,6 +27,7 @@ import torch
 import hf_jetspec.generation.candidate_generator as candidate_generator
 import hf_jetspec.generation.tree_decoding as tree_decoding
 from hf_jetspec import load_target
+from hf_jetspec.policy import OutputMemory
 from hf_jetspec.tools.bench import _environment, build_items
 from hf_jetspec.tools.data import load_eval_prompts
 from hf_jetspec.tools.targets import load_drafter_for
@@ -63,6 +64,9 @@ def main() -> None:
     row_pure = candidate_generator.row_pure
     sides = {"lazy": row_pure, "every_row": lambda processors: False}
     modules = (candidate_generator, tree_decoding)  # chain rounds and tree rounds (the defaults at T <= 0.5)
+    # each side keeps its own earlier outputs, as `hf-jetspec bench` gives each method its own: a side
+    # must not draft the other's answer to the same prompt and seed from memory
+    memories = {side: OutputMemory() for side in sides}
     run(target, drafter, items[0][1], 16, args.temperature, args.top_p, 0)  # warm-up
     totals = {name: {"tokens": 0, "seconds": 0.0, "rounds": 0, "accepted": 0, "verify_s": 0.0} for name in sides}
     for k, (name_k, ids) in enumerate(items):
@@ -70,6 +74,7 @@ def main() -> None:
         for side in order:
             for module in modules:
                 module.row_pure = sides[side]
+            drafter.output_memory = memories[side]
             try:
                 rec = run(target, drafter, ids, args.max_new_tokens, args.temperature, args.top_p, seed=k)
             finally:
