@@ -334,18 +334,24 @@ def test_row_pure_accepts_transformers_own_row_processors_only():
     assert not row_pure([MyTopP(0.9)])  # a subclass may keep state: processed eagerly
 
 
-def test_lazily_processed_rounds_sample_the_same_tokens(target, monkeypatch):
-    """With the same seed, generation with the processors deferred to the verifier commits the same
-    tokens and reports the same scores as with every row processed by transformers, and processes
-    fewer rows (the rows after a rejection are skipped)."""
+def count_top_p_rows(monkeypatch) -> dict:
+    """Count the rows top-p processes (``calls["n"]``) from here to the end of the test."""
     calls = {"n": 0}
     real_top_p = TopPLogitsWarper.__call__
 
     def counting_top_p(self, input_ids, scores):
-        calls["n"] += 1
+        calls["n"] += scores.shape[0]
         return real_top_p(self, input_ids, scores)
 
     monkeypatch.setattr(TopPLogitsWarper, "__call__", counting_top_p)
+    return calls
+
+
+def test_lazily_processed_rounds_sample_the_same_tokens(target, monkeypatch):
+    """With the same seed, generation with the processors deferred to the verifier commits the same
+    tokens and reports the same scores as with every row processed by transformers, and processes
+    fewer rows (the rows after a rejection are skipped)."""
+    calls = count_top_p_rows(monkeypatch)
     drafter = sharp_drafter(target)
     drafter.drafting_config = drafter.drafting_config.replace(policy=False, sampled_drafts=False)
 

@@ -9,7 +9,7 @@ import contextlib
 import pytest
 import torch
 from helpers import tiny_llama
-from test_sampling_exactness import NEW, PROMPT, chi2_pvalue, empirical, exact_joint, sharp_drafter, small_target
+from test_sampling_exactness import NEW, PROMPT, chi2_pvalue, count_top_p_rows, empirical, exact_joint, sharp_drafter, small_target
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
@@ -351,19 +351,10 @@ def test_sampled_tree_rounds_process_only_the_rows_they_read(vocab4_target, monk
     """Same seeds, same tokens with each row processed when verification first reads it as with every
     node's row processed up front, and fewer rows processed: the nodes off the accepted path are never
     (the prefixes each row is processed with: the next test)."""
-    from transformers.generation.logits_process import TopPLogitsWarper
-
-    calls = {"n": 0}
-    real_top_p = TopPLogitsWarper.__call__
-
-    def counting_top_p(self, input_ids, scores):
-        calls["n"] += scores.shape[0]
-        return real_top_p(self, input_ids, scores)
-
-    monkeypatch.setattr(TopPLogitsWarper, "__call__", counting_top_p)
+    calls = count_top_p_rows(monkeypatch)
     drafter = _tree_drafter(vocab4_target)
     drafter.drafting_config = drafter.drafting_config.replace(policy=False, sampled_drafts=sampled_drafts)
-    prompt = torch.tensor([[1, 3, 1, 3]])  # 0 and 2 are penalised only once a node's path holds them
+    prompt = torch.tensor([[1, 3, 1, 3]])
 
     def run():
         outs, calls["n"] = [], 0
@@ -406,10 +397,10 @@ def test_processed_rows_are_the_rows_choose_gives():
             return len(processors)
 
     rows = td.ProcessedRows(logits, tree, sequence, Record())
-    assert rows[3].shape == (16,) and rows.rows_read == 1
-    assert seen == [[1, 2, 3, 5, 7]]  # node 2's row: the sequence, then 5, 7
+    assert rows[3].shape == (16,)
+    assert seen == [[1, 2, 3, 5, 7]]  # node 2's row only: the sequence, then 5, 7
     rows[0], rows[3]
-    assert seen == [[1, 2, 3, 5, 7], [1, 2, 3]] and rows.rows_read == 2  # each row processed once
+    assert seen == [[1, 2, 3, 5, 7], [1, 2, 3]]  # each row processed once
     prefixes = [sequence, torch.tensor([1, 2, 3, 5]), torch.tensor([1, 2, 3, 6]), torch.tensor([1, 2, 3, 5, 7])]
     _, eager = td._choose(logits, prefixes, processors, do_sample=True)
     for r in range(4):

@@ -184,6 +184,14 @@ def _forward(target, ids, positions, mask, cache, hidden_layers):
                   output_hidden_states=hidden_layers)
 
 
+def _row_prefix(sequence: torch.Tensor, tree: DraftTree, row: int) -> torch.Tensor:
+    """The input ids row ``row`` of a tree round is processed with: the sequence, then (row > 0) the
+    path of node ``row - 1``."""
+    if row == 0:
+        return sequence
+    return torch.cat([sequence, tree.tokens[tree.path(row - 1)].to(sequence.device)])
+
+
 class ProcessedRows:
     """The target's processed distributions after the root and each node of a sampled tree round
     (``[1 + N]`` rows), each row processed with its own prefix (the sequence, then the node's path)
@@ -198,22 +206,14 @@ class ProcessedRows:
         self.device = logits.device if device is None else device  # where the rows are handed over
         self._rows: dict[int, torch.Tensor] = {}
 
-    def __len__(self) -> int:
-        return self.logits.shape[0]
-
     def __getitem__(self, row: int) -> torch.Tensor:
         row = int(row)
         if row not in self._rows:
             x = self.logits[row : row + 1]
             if len(self.processors) > 0:
-                prefix = self.sequence if row == 0 else torch.cat([self.sequence, self.tree.tokens[self.tree.path(row - 1)].to(self.sequence.device)])
-                x = self.processors(prefix[None], x)
+                x = self.processors(_row_prefix(self.sequence, self.tree, row)[None], x)
             self._rows[row] = torch.softmax(x, dim=-1)[0].to(self.device)
         return self._rows[row]
-
-    @property
-    def rows_read(self) -> int:
-        return len(self._rows)
 
 
 def _choose(logits, prefixes, logits_processor, do_sample):
@@ -432,7 +432,7 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
         else:
             prefixes = []
             if len(logits_processor) > 0:  # each row is processed with its own prefix: the sequence, then the node's path
-                prefixes = [input_ids[0]] + [torch.cat([input_ids[0], tree.tokens[tree.path(i)].to(device)]) for i in range(len(tree))]
+                prefixes = [_row_prefix(input_ids[0], tree, r) for r in range(len(tree) + 1)]
             choice, probs = _choose(logits, prefixes, logits_processor, do_sample)
             if probs is not None and sampled is not None:
                 probs = probs.cpu()
