@@ -64,7 +64,7 @@ class DraftingConfig:
             :mod:`hf_jetspec.drafter.int8_drafting`): per-channel weights, activations quantised per row at
             every call. Drafts may differ slightly from floating-point drafting; the output does not
             (verification is exact). It pays with ``compile`` (the quantisation fuses there); eagerly
-            it costs about what it saves. See benchmarks/README.md for the measurements.
+            it costs about what it saves. Measured in docs/reports/2026-11-30-drafting-engine-ms-per-round.md.
         tree: verify a token tree instead of a chain (:mod:`hf_jetspec.generation.tree_decoding`): None (off,
             chains), ``"auto"`` (the ``budget - 1`` nodes of highest cumulative draft probability,
             EAGLE-2 style) or a list of widths per depth (the top-1 chain with ``w - 1`` alternative
@@ -79,17 +79,18 @@ class DraftingConfig:
             chains above it (None: trees at every temperature). Sampled trees draw each node from
             ``q``; where ``q`` alone carries long runs, the chain's cheaper round wins (the shipped
             Qwen2.5-Coder-1.5B drafter sets 0.5: trees 3.21x against chains 2.85x at T = 0.2,
-            2.58x against 2.92x at T = 0.7; benchmarks/README.md, "Sampling").
+            2.58x against 2.92x at T = 0.7; docs/reports/2026-12-01-sampling-drafts-from-q.md).
         tree_max_context: tree rounds run only for prompts of up to this many tokens, chains for
             longer ones (None: trees at every length). A tree's nodes each attend over the whole
-            cache, so its verification grows with the context faster than a chain's (benchmarks/README.md,
-            "Long prompts").
+            cache, so its verification grows with the context faster than a chain's
+            (docs/reports/2026-12-02-long-prompts-with-tree-rounds.md).
         tree_top_k: candidates per position a tree may branch into (``"auto"``). 8 gave a higher tau than
-            2, 3, 4 and 6 at budget 8 and than 4 at budget 16 (benchmarks/README.md).
+            2, 3, 4 and 6 at budget 8 and than 4 at budget 16 (docs/reports/2026-11-30-tree-verification-against-chains.md).
         tree_jacobi_passes: Jacobi passes in tree rounds (None: ``num_jacobi_passes``). Depth-1
             candidates do not depend on them; deeper ones do. Where a drafter pass is a large share
             of a target step one pass can be better: the shipped SmolLM2 drafter sets 0 (faster in
-            four SmolLM2 runs), the Qwen2.5-Coder-1.5B one keeps 1 (faster there); see benchmarks/README.md.
+            four SmolLM2 runs), the Qwen2.5-Coder-1.5B one keeps 1 (faster there); see
+            docs/reports/2026-11-30-tree-verification-against-chains.md.
         tree_branches: with ``tree="auto"``, re-draft what follows the first ``tree_branches``
             depth-1 alternatives in one batched drafter pass, so that their subtrees hold the
             drafter's predictions after those tokens rather than after the top-1 one (0: off).
@@ -116,7 +117,7 @@ class DraftingConfig:
         sampled_drafts_min_temperature: draw drafts from ``q`` only when the sampling temperature
             is at least this (below it, argmax drafts): where the drafter's ``q`` gains little over
             its argmax, the argmax is cheaper to draft (the shipped SmolLM2 drafter sets 0.85;
-            benchmarks/README.md, "Sampling").
+            docs/reports/2026-12-01-sampling-drafts-from-q.md).
     """
 
     budget: int = 16
