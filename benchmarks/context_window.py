@@ -27,8 +27,9 @@ def main(argv=None) -> None:
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
 
-    from hf_jetspec.tools.bench import _environment, acceptance_on_items, build_items
-    from hf_jetspec.tools.data import load_eval_prompts
+    from hf_jetspec.tools.bench import _environment, build_items
+    from hf_jetspec.training.drafter_tau import acceptance_on_items
+    from hf_jetspec.data import load_eval_prompts
     from hf_jetspec.tools.targets import load_drafter_for, load_target
 
     target, tokenizer = load_target(args.target, dtype=args.dtype)

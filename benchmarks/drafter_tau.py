@@ -18,8 +18,9 @@ import json
 from pathlib import Path
 
 from hf_jetspec import JetSpecDrafter, load_target
-from hf_jetspec.tools.bench import acceptance_on_items, build_items
-from hf_jetspec.tools.data import load_eval_prompts
+from hf_jetspec.tools.bench import build_items
+from hf_jetspec.training.drafter_tau import acceptance_on_items
+from hf_jetspec.data import load_eval_prompts
 
 
 def main() -> None:

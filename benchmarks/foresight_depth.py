@@ -27,7 +27,7 @@ import torch
 
 from hf_jetspec import load_target
 from hf_jetspec.tools.bench import _environment, build_items
-from hf_jetspec.tools.data import load_eval_prompts
+from hf_jetspec.data import load_eval_prompts
 from hf_jetspec.drafter.layers import foreign_layer_forward
 
 

@@ -21,12 +21,13 @@ import torch
 
 from hf_jetspec import load_target
 from hf_jetspec.tools.bench import _environment, build_items
-from hf_jetspec.tools.data import load_eval_prompts
+from hf_jetspec.data import load_eval_prompts
 from hf_jetspec.foresight.calibrate import load_records, save_records
 from hf_jetspec.foresight.decoder import ForesightDecoder
 from hf_jetspec.training.losses import gap_recovered
 from hf_jetspec.foresight.replay import fit_fanout, replay_hit_rates
 from hf_jetspec.tools.targets import companion_adapter_path, load_drafter_for
+from hf_jetspec.assistant import assistant_for
 
 
 def adapter_quality(target, drafter, adapter, sequences, block: int) -> dict:
@@ -93,8 +94,8 @@ def main() -> None:
     target, tok = load_target(args.target, device=args.device)
     drafter, what = load_drafter_for(target, args.target, args.drafter)
     adapter_path = args.adapter or companion_adapter_path(args.target)
-    drafter.attach_foresight(str(adapter_path))
-    adapter, calibration = drafter.foresight
+    assistant_for(drafter).attach_foresight(str(adapter_path))
+    adapter, calibration = assistant_for(drafter).foresight
     if calibration is None:
         raise SystemExit(f"{adapter_path} has no foresight_calibration.json: run `hf-jetspec calibrate` first")
     base = drafter.drafting_config.replace(budget=args.budget, num_jacobi_passes=1, cache_size=args.cache_size, pipeline="off",

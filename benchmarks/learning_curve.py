@@ -26,8 +26,9 @@ from pathlib import Path
 import torch
 
 from hf_jetspec import JetSpecDrafter, load_target
-from hf_jetspec.tools.bench import acceptance_on_items, build_items, dump_json
-from hf_jetspec.tools.data import load_eval_prompts
+from hf_jetspec.tools.bench import build_items, dump_json
+from hf_jetspec.training.drafter_tau import acceptance_on_items
+from hf_jetspec.data import load_eval_prompts
 
 
 def checkpoint_cpu_hours(folder: Path, step: int) -> float | None:

@@ -58,7 +58,7 @@ def main(argv=None) -> None:
     from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
     from hf_jetspec.tools.bench import _environment, build_items
-    from hf_jetspec.tools.data import load_eval_prompts
+    from hf_jetspec.data import load_eval_prompts
     from hf_jetspec.drafter.jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
     from hf_jetspec.generation.sampled_drafting import full_vocab_logits
     from hf_jetspec.tools.targets import load_drafter_for, load_target

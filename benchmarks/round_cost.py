@@ -92,7 +92,7 @@ def measure(args) -> dict:
     import torch
 
     from hf_jetspec import JetSpecDrafter, load_target
-    from hf_jetspec.tools.data import load_eval_prompts
+    from hf_jetspec.data import load_eval_prompts
     from hf_jetspec.drafter.drafting_config import DraftingConfig
     from hf_jetspec.foresight import ForesightAdapter, ForesightCalibration, ForesightDecoder, ForesightEngine, LayerSkipAdapter
 

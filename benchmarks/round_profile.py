@@ -2,7 +2,7 @@
 transformers' own plain greedy step at the same context.
 
     python benchmarks/round_profile.py --output benchmarks/results/round_profile_smollm2.json
-    # the same on an older checkout (which has no hf_jetspec.tools.long_prompts): save the prompt text first
+    # the same on an older checkout (which has no hf_jetspec.data.long_prompts): save the prompt text first
     python benchmarks/round_profile.py --save-document runs/long_document.txt
     PYTHONPATH=OLD_CHECKOUT/src python benchmarks/round_profile.py --document runs/long_document.txt --output ...
 
@@ -45,6 +45,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from hf_jetspec.assistant import assistant_for
 
 COMPONENTS = ("forward_ms", "states_ms", "cache_fill_ms", "ngram_ms", "draft_ms", "policy_ms", "loop_ms")
 
@@ -227,19 +228,19 @@ def main(argv=None) -> None:
     parser.add_argument("--configs", default="hf-plain,plain,ngram,drafter,jetspec")
     parser.add_argument("--context-window", type=int, default=None, help="drafting_config.context_window of every JetSpec config")
     parser.add_argument("--document", default=None, help="read the prompt text from this file (a checkout without "
-                        "hf_jetspec.tools.long_prompts, for a before/after table)")
+                        "hf_jetspec.data.long_prompts, for a before/after table)")
     parser.add_argument("--save-document", default=None, help="write the default prompt text to this file and stop")
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
 
     from hf_jetspec.tools.bench import _environment
     if args.save_document:
-        from hf_jetspec.tools.long_prompts import long_conversations
+        from hf_jetspec.data.long_prompts import long_conversations
 
         Path(args.save_document).write_text(long_conversations()[1][1])
         return
     if not args.document:
-        from hf_jetspec.tools.long_prompts import long_conversations
+        from hf_jetspec.data.long_prompts import long_conversations
     from hf_jetspec.tools.targets import load_drafter_for, load_target
 
     configs = args.configs.split(",")
@@ -275,7 +276,7 @@ def main(argv=None) -> None:
                     if args.context_window is not None:
                         changes = {**changes, "context_window": args.context_window}
                     drafter.drafting_config = shipped.replace(**changes)
-                    drafter.output_memory.clear()
+                    assistant_for(drafter).output_memory.clear()
                     rounds, sources, seconds, new = run_profiled(target, ids, {"assistant_model": drafter}, args.steps, gate)
                     per[name].append({"summary": summarise(rounds, sources), "ms_per_token": 1000 * seconds / max(new - 1, 1)})
             drafter.drafting_config = shipped

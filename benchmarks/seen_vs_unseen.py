@@ -19,7 +19,7 @@ import torch
 
 from hf_jetspec import JetSpecDrafter, load_target
 from hf_jetspec.tools.bench import build_items
-from hf_jetspec.tools.data import load_eval_prompts
+from hf_jetspec.data import load_eval_prompts
 from hf_jetspec.training.feature_cache import FeatureCacheDataset
 
 

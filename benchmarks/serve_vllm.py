@@ -43,7 +43,7 @@ import torch
 
 from hf_jetspec import JetSpecDrafter, load_target
 from hf_jetspec.tools.bench import build_items, dump_json
-from hf_jetspec.tools.data import load_eval_prompts
+from hf_jetspec.data import load_eval_prompts
 from hf_jetspec.interop.vllm import VllmServer, export_for_vllm, speculative_config, vllm_command
 
 

@@ -15,7 +15,7 @@ import argparse
 import json
 import random
 
-from hf_jetspec.tools.data import load_eval_prompts
+from hf_jetspec.data import load_eval_prompts
 from hf_jetspec.training.code_corpus import code_chats
 
 

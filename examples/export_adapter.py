@@ -37,14 +37,14 @@ so only the adapter is stored here ({size_mb:.1f} MB, {dtype}).
 ## Use
 
 ```python
-from hf_jetspec import JetSpecDrafter, load_target
+from hf_jetspec import JetSpecAssistant, load_target
 
 target, tok = load_target("{target_name}")
-drafter = JetSpecDrafter.from_pretrained("hub_cards/jetspec-smollm2-135m")
-drafter.attach_foresight("hub_cards/{name}")          # adapter + foresight_calibration.json
-drafter.drafting_config = drafter.drafting_config.replace(foresight=True, cache_size=4)
-out = target.generate(**tok("Hello", return_tensors="pt"), assistant_model=drafter, do_sample=False)
-print(drafter.generation_stats.hit_rate)
+assistant = JetSpecAssistant.from_pretrained("hub_cards/jetspec-smollm2-135m")  # the drafter and its calibrations
+assistant.attach_foresight("hub_cards/{name}")          # adapter + foresight_calibration.json
+assistant.drafting_config = assistant.drafting_config.replace(foresight=True, cache_size=4)
+out = target.generate(**tok("Hello", return_tensors="pt"), assistant_model=assistant, do_sample=False)
+print(assistant.generation_stats.hit_rate)
 ```
 
 The output is the target's own, whatever the adapter predicts: every committed token still goes

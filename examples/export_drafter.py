@@ -109,7 +109,7 @@ def measured_table(paths: list[str]) -> str:
 def sharegpt_top_tokens(target_name: str, n: int) -> list[int]:
     from transformers import AutoTokenizer
 
-    from hf_jetspec.tools.data import frequent_response_tokens
+    from hf_jetspec.data import frequent_response_tokens
     from hf_jetspec.tools.targets import converted_folder, resolve_embedded
 
     spec = resolve_embedded(target_name)

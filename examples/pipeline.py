@@ -18,7 +18,7 @@ import argparse
 
 from hf_jetspec import load_target
 from hf_jetspec.tools.bench import build_items
-from hf_jetspec.tools.data import load_eval_prompts
+from hf_jetspec.data import load_eval_prompts
 from hf_jetspec.training.pipeline import PipelineConfig, run_pipeline
 from hf_jetspec.training.regenerate import RegenerationConfig
 

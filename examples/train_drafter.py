@@ -22,7 +22,7 @@ import torch
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_jetspec import JetSpecDrafter, load_target
-from hf_jetspec.tools.data import frequent_response_tokens
+from hf_jetspec.data import frequent_response_tokens
 from hf_jetspec.training import FeatureCacheCollator, FeatureCacheDataset, JetSpecTrainer, JetSpecTrainingArguments
 from hf_jetspec.drafter.draft_vocab import widen_by_counts
 from hf_jetspec.training.feature_cache import cached_answer_counts, frequent_cached_tokens

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from hf_jetspec.tools.data import MissingDatasetError, iter_sharegpt, load_eval_prompts, sharegpt_chats
+from hf_jetspec.data import MissingDatasetError, iter_sharegpt, load_eval_prompts, sharegpt_chats
 
 
 @pytest.mark.parametrize("name,count,turns", [
@@ -87,7 +87,7 @@ class CharTokenizer:
 
 
 def test_long_set_names():
-    from hf_jetspec.tools.long_prompts import parse_long_set
+    from hf_jetspec.data.long_prompts import parse_long_set
 
     assert parse_long_set("long-2k") == (("chat", "code"), 2048)
     assert parse_long_set("LONG-code-8k") == (("code",), 8192)
@@ -96,7 +96,7 @@ def test_long_set_names():
 
 
 def test_cut_to_tokens_ends_a_line_within_the_budget():
-    from hf_jetspec.tools.long_prompts import cut_to_tokens
+    from hf_jetspec.data.long_prompts import cut_to_tokens
 
     text = "abcdefghijklmnopqrstuvwxyz\nab cd\n"
     tok = CharTokenizer()
@@ -107,7 +107,7 @@ def test_cut_to_tokens_ends_a_line_within_the_budget():
 
 
 def test_first_function_is_one_the_code_uses_again():
-    from hf_jetspec.tools.long_prompts import first_function
+    from hf_jetspec.data.long_prompts import first_function
 
     code = "def once():\n    pass\n\ndef twice(x):\n    return x\n\ny = twice(1)\n"
     assert first_function(code) == "twice"
@@ -117,7 +117,7 @@ def test_first_function_is_one_the_code_uses_again():
 
 
 def test_long_sets_cut_their_documents_and_keep_them_across_sizes():
-    from hf_jetspec.tools.long_prompts import DOC_MARGIN, long_prompts
+    from hf_jetspec.data.long_prompts import DOC_MARGIN, long_prompts
 
     tok = CharTokenizer(width=4)
     small, large = long_prompts("long-2k", tok), long_prompts("long-4k", tok)
@@ -142,8 +142,8 @@ def test_long_sets_cut_their_documents_and_keep_them_across_sizes():
 
 @pytest.mark.slow
 def test_long_sets_fit_the_smollm2_context(smollm2):
-    from hf_jetspec.tools.data import chat_input_ids
-    from hf_jetspec.tools.long_prompts import SIZES
+    from hf_jetspec.data import chat_input_ids
+    from hf_jetspec.data.long_prompts import SIZES
 
     _, tokenizer = smollm2
     for tag, size in SIZES.items():

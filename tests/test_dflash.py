@@ -15,7 +15,7 @@ from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging
 
 from hf_jetspec import JetSpecDrafter
-from hf_jetspec.interop.dflash import (
+from hf_jetspec.drafter.dflash_format import (
     checkpoint_format,
     dflash_layout_errors,
     dflash_to_jetspec,
@@ -273,7 +273,7 @@ def test_bench_hf_dflash_names_what_a_jetspec_layout_drafter_lacks(tmp_path, tar
     from hf_jetspec.tools import bench
 
     monkeypatch.setattr("hf_jetspec.tools.targets.load_target", lambda *a, **k: (target, None))
-    monkeypatch.setattr("hf_jetspec.tools.data.load_eval_prompts", lambda *a, **k: [])
+    monkeypatch.setattr("hf_jetspec.data.load_eval_prompts", lambda *a, **k: [])
     monkeypatch.setattr(bench, "build_items", lambda *a, **k: [])
     JetSpecDrafter.for_target(target).save_pretrained(tmp_path / "jetspec-layout")
     with pytest.raises(ValueError, match="row_predicts"):

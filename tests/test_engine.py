@@ -13,7 +13,7 @@ from hf_jetspec.drafter.drafter_cache import BlockAttention, DrafterCache
 from hf_jetspec.foresight.calibration import ForesightCalibration, anchor_candidates, decoder_position_stats
 from hf_jetspec.foresight.outcomes import TopRows, outcome_scores, rank_outcomes, select_top_outcomes, top_outcomes
 from hf_jetspec.drafter.layers import RMSNorm, RotaryTable, rotary_cos_sin
-from hf_jetspec.tools.numerics import log_normaliser
+from hf_jetspec.kernels import log_normaliser
 from hf_jetspec.drafter.masks import context_block_mask, prefix_block_mask
 
 SRC = Path(__file__).resolve().parents[1] / "src"

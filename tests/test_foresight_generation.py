@@ -6,6 +6,7 @@ import torch
 from hf_jetspec import DraftingConfig, JetSpecDrafter
 from hf_jetspec.foresight import ForesightAdapter, ForesightEngine, LayerSkipAdapter, SpeculationCache
 from hf_jetspec.foresight.cache import CachedBlock
+from hf_jetspec.assistant import assistant_for
 
 
 @pytest.fixture(params=["trained", "layer-skip"])
@@ -16,10 +17,10 @@ def setup(trained_llama, request):
         adapter = ForesightAdapter.for_drafter(drafter, layers_per_module=2).eval()
     else:  # every layer but the first: exact context, one skipped layer
         adapter = LayerSkipAdapter.for_drafter(drafter, list(range(1, max(drafter.config.target_layer_ids) + 1)))
-    drafter.attach_foresight(adapter)
+    assistant_for(drafter).attach_foresight(adapter)
     yield target, drafter, prompts
     drafter.drafting_config = saved
-    drafter.__dict__["_foresight"] = None
+    assistant_for(drafter).foresight = None
 
 
 def run(target, drafter, prompts, n=3, max_new_tokens=40, **options):
@@ -137,11 +138,11 @@ def test_record_fit_and_serve_calibrated_rule(setup, tmp_path):
     target, drafter, prompts = setup
     drafter.drafting_config = DraftingConfig(budget=8, num_jacobi_passes=1)
     items = [(str(i), prompts[i : i + 1]) for i in range(4, 10)]
-    records = record_rounds(target, drafter, items, max_new_tokens=40, progress=False)
+    records = record_rounds(target, assistant_for(drafter), items, max_new_tokens=40, progress=False)
     assert len(records) > 20 and all(r.realized is not None for r in records)
     cal = fit_calibration(records, miscoverage=0.2, budget=8)
     cal.save(tmp_path)
-    drafter.attach_foresight(drafter.foresight[0], ForesightCalibration.load(tmp_path))
+    assistant_for(drafter).attach_foresight(assistant_for(drafter).foresight[0], ForesightCalibration.load(tmp_path))
     for conformal in (False, True):
         stats = run(target, drafter, prompts, budget=8, foresight=True, cache_size=4, conformal=conformal, record_rounds=True)
         assert all(len(r.selected) <= 4 for s in stats for r in s.foresight_records)

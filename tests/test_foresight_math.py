@@ -13,11 +13,10 @@ from hf_jetspec.foresight.calibration import (
     conformal_threshold,
     decoder_position_stats,
     fit_anchor_temperature,
-    fit_feature_weights,
-    length_log_likelihood,
     position_features,
     safe_logit,
 )
+from hf_jetspec.policy.length_likelihood import fit_feature_weights, length_log_likelihood
 from hf_jetspec.foresight.fanout import (
     fit_acceptance_rate,
     fit_fanout_exponent,

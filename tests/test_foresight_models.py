@@ -10,6 +10,7 @@ from hf_jetspec.foresight.configuration_adapter import default_source_layers
 from hf_jetspec.foresight.decoder import ForesightDecoder
 from hf_jetspec.foresight.modeling_adapter import ForesightAdapter
 from hf_jetspec.training.losses import gap_recovered, state_prediction_loss
+from hf_jetspec.assistant import assistant_for
 
 
 @pytest.mark.parametrize("make", [tiny_llama, tiny_qwen2])
@@ -123,8 +124,8 @@ def test_layer_skip_adapter_with_every_layer_is_exact(make, tmp_path):
     adapter.save_pretrained(tmp_path)
     again = LayerSkipAdapter.from_pretrained(tmp_path)
     assert again.config == adapter.config
-    drafter.attach_foresight(str(tmp_path))  # a folder of either kind of adapter
-    assert isinstance(drafter.foresight[0], LayerSkipAdapter) and drafter.foresight[1] is None
+    assistant_for(drafter).attach_foresight(str(tmp_path))  # a folder of either kind of adapter
+    assert isinstance(assistant_for(drafter).foresight[0], LayerSkipAdapter) and assistant_for(drafter).foresight[1] is None
     (tmp_path / "layer_skip_adapter.json").write_text("{not json")
     with pytest.raises(ValueError, match="not a valid layer-skip adapter"):
         LayerSkipAdapter.from_pretrained(tmp_path)

@@ -5,6 +5,7 @@ import torch
 
 from hf_jetspec import JetSpecDrafter
 from helpers import tiny_llama
+from hf_jetspec.assistant import assistant_for
 
 
 def greedy_pair(target, drafter, prompt, **kwargs):
@@ -147,7 +148,7 @@ def test_policy_rounds_of_every_kind_are_exact(request, target_fixture):
     target = request.getfixturevalue(target_fixture)
     torch.manual_seed(0)
     drafter = JetSpecDrafter.for_target(target).eval()
-    drafter.output_memory.clear()
+    assistant_for(drafter).output_memory.clear()
     sources: dict = {}
     seeded = 0
     for i, prompt in enumerate([torch.randint(0, 100, (1, 7)), torch.tensor([[5, 6, 7, 8] * 3])]):

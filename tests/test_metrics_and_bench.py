@@ -132,7 +132,7 @@ def test_bench_with_shipped_foresight_adapter():
 
 
 def test_acceptance_on_items_restores_options(trained_llama):
-    from hf_jetspec.tools.bench import acceptance_on_items
+    from hf_jetspec.training.drafter_tau import acceptance_on_items
 
     target, drafter, prompts = trained_llama
     before = drafter.drafting_config
@@ -145,7 +145,7 @@ def test_acceptance_on_items_restores_options(trained_llama):
 
 
 def test_acceptance_on_items_measures_full_blocks_unless_asked_for_trees(trained_llama):
-    from hf_jetspec.tools.bench import acceptance_on_items
+    from hf_jetspec.training.drafter_tau import acceptance_on_items
 
     target, drafter, prompts = trained_llama
     before = drafter.drafting_config
@@ -162,7 +162,7 @@ def test_acceptance_on_items_measures_full_blocks_unless_asked_for_trees(trained
 
 def test_bench_items_past_the_target_context_are_refused(llama_target):
     from hf_jetspec.tools.bench import build_items
-    from hf_jetspec.tools.data import EvalPrompt
+    from hf_jetspec.data import EvalPrompt
 
     class WordTokenizer:  # one token per word, no chat template
         chat_template = None

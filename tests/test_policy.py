@@ -27,6 +27,7 @@ from hf_jetspec.policy import (
     propose_ngram,
     score_bin,
 )
+from hf_jetspec.assistant import assistant_for
 
 pytestmark = pytest.mark.measured_costs  # the cost model's own arithmetic, fed synthetic timings
 
@@ -285,18 +286,21 @@ def test_a_cheaper_two_token_forward_is_kept_and_chosen():
 
 def test_a_sampled_fit_is_stored_beside_the_greedy_one_and_used_only_when_sampling(tmp_path, llama_target):
     from hf_jetspec import JetSpecDrafter
+    from hf_jetspec.assistant import JetSpecAssistant
     from hf_jetspec.policy.acceptance import SAMPLED_ACCEPTANCE_CALIBRATION_NAME
 
     greedy = AcceptanceModel(weights=[1.0, 0.0, 0.0, 0.0], num_rounds=10)
     sampled = AcceptanceModel(weights=[0.5, 1.0, 0.0, -1.0], num_rounds=12, temperature=0.7, top_p=0.9)
     drafter = JetSpecDrafter.for_target(llama_target)
-    drafter.acceptance_model, drafter.sampled_acceptance_model = greedy, sampled
-    drafter.save_pretrained(tmp_path)
+    drafter.save_pretrained(tmp_path / "weights-only")  # the model alone writes no calibration
+    assert not (tmp_path / "weights-only" / "acceptance_calibration.json").exists()
+    assert not assistant_for(JetSpecDrafter.from_pretrained(tmp_path / "weights-only")).acceptance_model.calibrated
+    JetSpecAssistant(drafter, acceptance_model=greedy, sampled_acceptance_model=sampled).save_pretrained(tmp_path)
     assert (tmp_path / SAMPLED_ACCEPTANCE_CALIBRATION_NAME).exists() and (tmp_path / "acceptance_calibration.json").exists()
     again = JetSpecDrafter.from_pretrained(tmp_path)
-    assert again.sampled_acceptance_model.temperature == 0.7 and again.sampled_acceptance_model.top_p == 0.9
-    assert again.acceptance_model_for(True).weights == sampled.weights
-    assert again.acceptance_model_for(False).weights == greedy.weights
+    assert assistant_for(again).sampled_acceptance_model.temperature == 0.7 and assistant_for(again).sampled_acceptance_model.top_p == 0.9
+    assert assistant_for(again).acceptance_model_for(True).weights == sampled.weights
+    assert assistant_for(again).acceptance_model_for(False).weights == greedy.weights
     (tmp_path / SAMPLED_ACCEPTANCE_CALIBRATION_NAME).unlink()
     plain = JetSpecDrafter.from_pretrained(tmp_path)
-    assert plain.sampled_acceptance_model is None and plain.acceptance_model_for(True).weights == greedy.weights
+    assert assistant_for(plain).sampled_acceptance_model is None and assistant_for(plain).acceptance_model_for(True).weights == greedy.weights

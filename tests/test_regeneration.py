@@ -133,7 +133,7 @@ def test_prompt_selection_excludes_evaluation_overlap_repeats_and_long_prompts(m
 
 
 def test_every_installed_evaluation_prompt_is_excluded_by_the_line_rule():
-    from hf_jetspec.tools.data import load_eval_prompts
+    from hf_jetspec.data import load_eval_prompts
     from hf_jetspec.training.code_corpus import overlaps
     from hf_jetspec.training.regenerate import evaluation_lines
 

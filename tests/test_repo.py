@@ -35,7 +35,7 @@ def test_readme_module_tables_point_to_existing_files():
 def test_public_api_is_pinned():
     import hf_jetspec
 
-    assert sorted(hf_jetspec.__all__) == ["DraftingConfig", "GenerationStats", "JetSpecDrafter", "JetSpecDrafterConfig",
+    assert sorted(hf_jetspec.__all__) == ["DraftingConfig", "GenerationStats", "JetSpecAssistant", "JetSpecDrafter", "JetSpecDrafterConfig",
                                           "default_target_layer_ids", "load_target", "seam"]
     assert all(getattr(hf_jetspec, name) is not None for name in hf_jetspec.__all__)
 
@@ -50,3 +50,21 @@ def test_current_results_page_matches_the_result_files():
     for _, rows in module.CURRENT:
         for _, name, method in rows:
             assert method in __import__("json").loads((module.RESULTS / name).read_text())["methods"], (name, method)
+
+
+def test_benchmarks_readme_is_a_page_and_a_guide_and_reports_are_indexed():
+    import re
+
+    readme = (ROOT / "benchmarks" / "README.md").read_text()
+    assert len(readme.splitlines()) < 300, "dated investigations belong in docs/reports/, one file each"
+    scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")}
+    guided = set(re.findall(r"^\| `([a-z0-9_]+\.py)` \|", readme, flags=re.M))
+    assert scripts == guided, f"scripts without a line in benchmarks/README.md: {scripts - guided}; lines without a script: {guided - scripts}"
+    index = (ROOT / "docs" / "reports" / "README.md").read_text()
+    linked = set(re.findall(r"\]\(([0-9]{4}-[0-9]{2}-[0-9]{2}-[a-z0-9-]+\.md)\)", index))
+    reports = {p.name for p in (ROOT / "docs" / "reports").glob("2*.md")}
+    assert linked == reports, f"reports not in the index: {reports - linked}; index entries without a file: {linked - reports}"
+    named = set(re.findall(r"`([A-Za-z0-9_./-]+\.(?:json|png|md))`", index)) | set(re.findall(r"results/([A-Za-z0-9_./-]+)", readme))
+    results = {p.relative_to(ROOT / "benchmarks" / "results").as_posix() for p in (ROOT / "benchmarks" / "results").rglob("*") if p.is_file()}
+    unnamed = sorted(results - named)
+    assert not unnamed, f"result files that no report and no current-results row names: {unnamed}"

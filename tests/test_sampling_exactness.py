@@ -10,6 +10,7 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopK
 
 import hf_jetspec.generation.candidate_generator as cg
 from hf_jetspec import JetSpecDrafter
+from hf_jetspec.assistant import assistant_for
 
 VOCAB = 4
 PROMPT = torch.tensor([[1, 3, 0, 2]])
@@ -140,7 +141,7 @@ def test_sampled_chain_drafts_follow_the_exact_law(target, kwargs, policy):
     drafter = sharp_drafter(target)
     drafter.drafting_config = drafter.drafting_config.replace(policy=policy, sampled_drafts=True)
     # sampled drafts priced high where the last pass agreed with its inputs, low elsewhere: the policy mixes sources
-    drafter.sampled_acceptance_model = AcceptanceModel(weights=[0.0, 3.0, 0.0, -2.0], temperature=1.0)
+    assistant_for(drafter).sampled_acceptance_model = AcceptanceModel(weights=[0.0, 3.0, 0.0, -2.0], temperature=1.0)
     processors = [TemperatureLogitsWarper(kwargs["temperature"])]
     if "top_p" in kwargs:
         processors.append(TopPLogitsWarper(kwargs["top_p"]))

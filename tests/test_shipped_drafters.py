@@ -15,6 +15,7 @@ from hf_jetspec import JetSpecDrafter
 from hf_jetspec.drafter.configuration_drafter import JetSpecDrafterConfig
 from hf_jetspec.interop.vllm import vllm_servable_errors
 from hf_jetspec.tools.targets import EMBEDDED_TARGETS, MissingEmbeddedPackageError, companion_drafter_path, load_drafter_for, load_target
+from hf_jetspec.assistant import assistant_for
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = [t.name for t in EMBEDDED_TARGETS.values() if t.companion_drafter]
@@ -62,7 +63,7 @@ def test_shipped_drafter_loads_against_its_target_and_is_exact(name):
     drafter, what = load_drafter_for(target, name, None)
     assert what == f"drafter hub_cards/{companion_drafter_path(name).name}"
     assert drafter.config.target_name_or_path == target.name_or_path
-    assert drafter.acceptance_model.calibrated and drafter.sampled_acceptance_model.calibrated
+    assert assistant_for(drafter).acceptance_model.calibrated and assistant_for(drafter).sampled_acceptance_model.calibrated
     enc = tok.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
     ref = target.generate(**enc, do_sample=False, max_new_tokens=24)
     out = target.generate(**enc, assistant_model=drafter, do_sample=False, max_new_tokens=24)

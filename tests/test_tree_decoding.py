@@ -15,6 +15,7 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopP
 
 import hf_jetspec.generation.tree_decoding as td
 from hf_jetspec import DraftingConfig, JetSpecDrafter
+from hf_jetspec.assistant import assistant_for
 
 SHAPES = ["auto", [3, 2, 1, 1], [1, 1, 1, 1, 1, 1, 1]]
 
@@ -163,7 +164,7 @@ def test_the_policy_grafts_ngram_branches_from_earlier_outputs(llama_target, fix
     drafter = JetSpecDrafter.for_target(llama_target).eval()  # an untrained drafter: only the n-gram branch can be right
     prompt = torch.randint(0, 100, (1, 7), generator=torch.Generator().manual_seed(5))
     with tree_options(drafter, tree="auto", budget=9, policy=True, ngram_seed=False):
-        drafter.output_memory.clear()
+        assistant_for(drafter).output_memory.clear()
         ref, first = greedy_pair(llama_target, drafter, prompt, max_new_tokens=40)
         first_tau = drafter.generation_stats.tau
         assert torch.equal(ref, first)

@@ -18,7 +18,7 @@ from helpers import tiny_llama
 from safetensors.torch import load_file
 
 from hf_jetspec import JetSpecDrafter
-from hf_jetspec.interop.dflash import dflash_to_jetspec
+from hf_jetspec.drafter.dflash_format import dflash_to_jetspec
 from hf_jetspec.interop.vllm import (
     openmp_runtime,
     EXPORT_MANIFEST,

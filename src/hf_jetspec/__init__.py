@@ -2,6 +2,7 @@
 
 from transformers import AutoConfig, AutoModel
 
+from .assistant import JetSpecAssistant
 from .generation import seam
 from .drafter.configuration_drafter import JetSpecDrafterConfig, default_target_layer_ids
 from .drafter.drafting_config import DraftingConfig
@@ -18,6 +19,7 @@ seam.install()
 __all__ = [
     "DraftingConfig",
     "GenerationStats",
+    "JetSpecAssistant",
     "JetSpecDrafter",
     "JetSpecDrafterConfig",
     "default_target_layer_ids",

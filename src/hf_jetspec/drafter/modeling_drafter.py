@@ -13,15 +13,15 @@ from transformers import PreTrainedModel
 from transformers.utils import ModelOutput, logging
 
 from .configuration_drafter import JetSpecDrafterConfig
-from ..interop.dflash import checkpoint_format
+from .dflash_format import checkpoint_format
 from .drafter_cache import BlockAttention, DrafterCache
 from .drafting_config import DRAFTING_CONFIG_NAME, DraftingConfig
 from .int8_drafting import Int8Head, check_int8_device, int8_linear, is_quantized, quantize_linear, restore_linear
 from ..kernels import head_summary, summarise_logits
 from .layers import DecoderLayer, RMSNorm, RotaryTable
 from .masks import block_attention_mask, context_visibility, sliding_window_mask
-from ..generation.stats import GenerationStats
 from .target_info import check_target_matches, target_decoder_layers, target_shape_fields, target_signature
+from .hub_files import companion_file, hub_options
 from .weight_storage import WEIGHT_STORAGES
 
 logger = logging.get_logger(__name__)
@@ -44,7 +44,10 @@ class JetSpecDrafter(PreTrainedModel):
     with :meth:`for_target`; load a trained one with ``from_pretrained``.
 
     Drafting options live in ``drafter.drafting_config`` (:class:`~hf_jetspec.DraftingConfig`);
-    the statistics of the latest ``generate`` call in ``drafter.generation_stats``.
+    the statistics of the latest ``generate`` call in ``drafter.generation_stats`` (None before the
+    first call). What serves the drafter beside its weights (the round policy's acceptance
+    calibrations, the output memory, a foresight adapter) is composed with it one floor up, in
+    :class:`~hf_jetspec.assistant.JetSpecAssistant`; ``generate`` composes one on first use.
     """
 
     config_class = JetSpecDrafterConfig
@@ -64,14 +67,11 @@ class JetSpecDrafter(PreTrainedModel):
         if config.draft_vocab_size is not None:
             self.register_buffer("draft_vocab", torch.arange(config.draft_vocab_size, dtype=torch.long), persistent=True)
         self.drafting_config = DraftingConfig()
-        self.generation_stats = GenerationStats()
+        self.generation_stats = None  # the latest generate call's statistics, handed over by its generator
+        self.pretrained_source = None  # (name or path, Hub options) of from_pretrained: where companion files live
         # The target is referenced, not registered: its weights are not ours to save or train.
         self.__dict__["_target"] = None
         self.__dict__["_head_weight"] = None
-        self.__dict__["_foresight"] = None
-        self.__dict__["_acceptance"] = None
-        self.__dict__["_sampled_acceptance"] = None
-        self.__dict__["_output_memory"] = None
         self.__dict__["_int8_head"] = None  # set_int8_drafting
         self.__dict__["_compile_on"] = False  # compile_drafting
         self._rotary_table = RotaryTable(config.head_dim, config.rope_theta)
@@ -172,7 +172,7 @@ class JetSpecDrafter(PreTrainedModel):
         or as keyword arguments named like its fields (``num_jacobi_passes=2, budget=32``).
 
         A DFlash release checkpoint or a transformers ``MuseGlimmerAssistantModel`` folder is recognised
-        by its ``config.json`` and converted on load (:mod:`hf_jetspec.interop.dflash`); ``target=`` then
+        by its ``config.json`` and converted on load (:mod:`hf_jetspec.drafter.dflash_format`); ``target=`` then
         fills in the target fields those formats do not record (otherwise the drafter adopts the
         first target it is attached to), and ``dtype=`` picks the weights' dtype (default: as stored)."""
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in DraftingConfig.field_names()}
@@ -182,6 +182,7 @@ class JetSpecDrafter(PreTrainedModel):
             kwargs["target"] = target
             model = _from_foreign(cls, pretrained_model_name_or_path, stored, kwargs)
             model.drafting_config = (drafting_config or DraftingConfig()).replace(**options)
+            model.pretrained_source = (str(pretrained_model_name_or_path), hub_options(kwargs))
             return model
         if stored.get("weight_storage") in WEIGHT_STORAGES:
             model = _from_compact(cls, pretrained_model_name_or_path, stored, kwargs)
@@ -199,14 +200,15 @@ class JetSpecDrafter(PreTrainedModel):
         if drafting_config is None:
             drafting_config = _load_drafting_config(pretrained_model_name_or_path, kwargs)
         model.drafting_config = drafting_config.replace(**options)
-        model.acceptance_model = _load_acceptance_model(pretrained_model_name_or_path, kwargs)
-        model.sampled_acceptance_model = _load_acceptance_model(pretrained_model_name_or_path, kwargs, sampled=True)
+        model.pretrained_source = (str(pretrained_model_name_or_path), hub_options(kwargs))
         if target is not None:
             model.attach_target(target)
         return model
 
     def save_pretrained(self, save_directory, *args, weight_storage: str | None = None, **kwargs):
-        """Save a Hub-ready folder. ``weight_storage="int8"`` stores the large matrices as int8 with
+        """Save the weights, configuration and drafting options as a Hub-ready folder (the round
+        policy's calibrations travel with :meth:`JetSpecAssistant.save_pretrained
+        <hf_jetspec.assistant.JetSpecAssistant.save_pretrained>`). ``weight_storage="int8"`` stores the large matrices as int8 with
         per-channel scales (:mod:`hf_jetspec.drafter.weight_storage`, about half the size of float16),
         ``"int4"`` as int4 with a scale per group of 64 columns (about a quarter);
         ``from_pretrained`` dequantises them."""
@@ -218,10 +220,6 @@ class JetSpecDrafter(PreTrainedModel):
             if weight_storage is not None:
                 _store_compact(save_directory, weight_storage)
             self.drafting_config.save(save_directory)
-            if self.acceptance_model.calibrated:
-                self.acceptance_model.save(save_directory)
-            if self.sampled_acceptance_model is not None and self.sampled_acceptance_model.calibrated:
-                self.sampled_acceptance_model.save(save_directory)
 
     def restrict_draft_vocab(self, token_ids) -> None:
         """Draft only among ``token_ids`` (e.g. the most frequent tokens of the target's outputs).
@@ -304,79 +302,6 @@ class JetSpecDrafter(PreTrainedModel):
             self.__dict__["_head_source"] = (weight, vocab, versions)
         if self.int8_drafting:
             self.__dict__["_int8_head"].refresh(self.__dict__["_head_weight"])
-
-    def attach_foresight(self, adapter, calibration=None) -> None:
-        """Use a foresight adapter for foresight drafting and context refresh
-        (``drafting_config.foresight`` / ``num_context_refreshes``).
-
-        ``adapter`` is a :class:`~hf_jetspec.foresight.ForesightAdapter` for this drafter's read
-        layers, a training-free :class:`~hf_jetspec.foresight.LayerSkipAdapter`, the
-        :class:`~hf_jetspec.foresight.LoadedForesight` returned by
-        :func:`~hf_jetspec.foresight.load_foresight`, or a folder (loaded with it, in this drafter's
-        dtype). ``calibration`` is a fitted :class:`~hf_jetspec.foresight.ForesightCalibration` or its
-        file; by default the one loaded with the adapter. The adapter is referenced, not saved with
-        the drafter."""
-        if isinstance(adapter, (str, os.PathLike)):
-            from ..foresight import load_foresight
-
-            adapter = load_foresight(adapter, dtype=self.dtype, device=self.device)
-        if hasattr(adapter, "adapter") and hasattr(adapter, "calibration"):  # a LoadedForesight
-            adapter, calibration = adapter.adapter, calibration if calibration is not None else adapter.calibration
-        adapter.check_drafter(self)
-        if isinstance(calibration, (str, os.PathLike)):
-            from ..foresight import ForesightCalibration
-
-            calibration = ForesightCalibration.load(calibration)
-        self.__dict__["_foresight"] = (adapter.eval(), calibration)
-
-    @property
-    def acceptance_model(self):
-        """The round policy's :class:`~hf_jetspec.policy.AcceptanceModel` (calibrated if the drafter's
-        folder has ``acceptance_calibration.json``; raw probabilities otherwise)."""
-        if self.__dict__["_acceptance"] is None:
-            from ..policy import AcceptanceModel
-
-            self.__dict__["_acceptance"] = AcceptanceModel()
-        return self.__dict__["_acceptance"]
-
-    @acceptance_model.setter
-    def acceptance_model(self, model) -> None:
-        self.__dict__["_acceptance"] = model
-
-    @property
-    def sampled_acceptance_model(self):
-        """The acceptance model fitted on sampled rounds (drafts drawn from q;
-        ``acceptance_calibration_sampled.json``), or None: then sampled rounds use :attr:`acceptance_model`."""
-        return self.__dict__["_sampled_acceptance"]
-
-    @sampled_acceptance_model.setter
-    def sampled_acceptance_model(self, model) -> None:
-        self.__dict__["_sampled_acceptance"] = model
-
-    def acceptance_model_for(self, sampling: bool):
-        """What prices drafted positions: the sampled fit when sampling with drafts from q and one exists."""
-        if sampling and self.sampled_acceptance_model is not None:
-            return self.sampled_acceptance_model
-        return self.acceptance_model
-
-    @property
-    def output_memory(self):
-        """Earlier sequences generated with this drafter in this process and the running acceptance of
-        n-gram proposals (:class:`~hf_jetspec.policy.OutputMemory`); ``.clear()`` forgets them."""
-        if self.__dict__["_output_memory"] is None:
-            from ..policy import OutputMemory
-
-            self.__dict__["_output_memory"] = OutputMemory()
-        return self.__dict__["_output_memory"]
-
-    @output_memory.setter
-    def output_memory(self, memory) -> None:
-        self.__dict__["_output_memory"] = memory
-
-    @property
-    def foresight(self):
-        """``(adapter, calibration)`` attached with :meth:`attach_foresight`, or None."""
-        return self.__dict__["_foresight"]
 
     @property
     def target(self):
@@ -652,46 +577,17 @@ def with_trailing_mask_row(block_input_ids: torch.Tensor, noise_mask: torch.Tens
     return torch.cat([block_input_ids, pad], dim=-1), torch.cat([noise_mask, torch.ones_like(pad, dtype=torch.bool)], dim=-1)
 
 
-def _companion_file(name_or_path, filename: str, kwargs) -> str | None:
-    """Path of a file saved beside the weights (a local folder or a Hub repository), or None if absent."""
-    if os.path.isdir(str(name_or_path)):
-        path = os.path.join(str(name_or_path), filename)
-        return path if os.path.isfile(path) else None
-    from transformers.utils import cached_file
-
-    return cached_file(
-        name_or_path,
-        filename,
-        cache_dir=kwargs.get("cache_dir"),
-        revision=kwargs.get("revision"),
-        token=kwargs.get("token"),
-        local_files_only=kwargs.get("local_files_only", False),
-        _raise_exceptions_for_missing_entries=False,
-        _raise_exceptions_for_connection_errors=False,
-    )
-
-
 def _load_drafting_config(name_or_path, kwargs) -> DraftingConfig:
-    path = _companion_file(name_or_path, DRAFTING_CONFIG_NAME, kwargs)
+    path = companion_file(name_or_path, DRAFTING_CONFIG_NAME, kwargs)
     return DraftingConfig.load(os.path.dirname(path)) if path else DraftingConfig()
-
-
-def _load_acceptance_model(name_or_path, kwargs, sampled: bool = False):
-    from ..policy import ACCEPTANCE_CALIBRATION_NAME, AcceptanceModel
-    from ..policy.acceptance import SAMPLED_ACCEPTANCE_CALIBRATION_NAME
-
-    path = _companion_file(name_or_path, SAMPLED_ACCEPTANCE_CALIBRATION_NAME if sampled else ACCEPTANCE_CALIBRATION_NAME, kwargs)
-    if sampled:
-        return AcceptanceModel.load(path) if path else None
-    return AcceptanceModel.load(path) if path else AcceptanceModel()
 
 
 def _stored_config(name_or_path, kwargs) -> dict:
     """The folder's ``config.json`` as a dict ({} when absent): it tells our own format, int8 storage
-    and DFlash / MuseGlimmerAssistant checkpoints (:func:`~hf_jetspec.interop.dflash.checkpoint_format`) apart."""
+    and DFlash / MuseGlimmerAssistant checkpoints (:func:`~hf_jetspec.drafter.dflash_format.checkpoint_format`) apart."""
     import json
 
-    path = _companion_file(name_or_path, "config.json", kwargs)
+    path = companion_file(name_or_path, "config.json", kwargs)
     if path is None:
         return {}
     with open(path) as f:
@@ -750,16 +646,16 @@ def _foreign_state_dict(name_or_path, kwargs) -> dict:
 
     from safetensors.torch import load_file
 
-    single = _companion_file(name_or_path, "model.safetensors", kwargs)
+    single = companion_file(name_or_path, "model.safetensors", kwargs)
     if single is not None:
         files = [single]
     else:
-        index = _companion_file(name_or_path, "model.safetensors.index.json", kwargs)
+        index = companion_file(name_or_path, "model.safetensors.index.json", kwargs)
         if index is None:
             raise OSError(f"{name_or_path!r} has no model.safetensors (or sharded index) to convert")
         with open(index) as f:
             shards = sorted(set(json.load(f)["weight_map"].values()))
-        files = [_companion_file(name_or_path, shard, kwargs) for shard in shards]
+        files = [companion_file(name_or_path, shard, kwargs) for shard in shards]
     state = {}
     for file in files:
         try:
@@ -770,12 +666,12 @@ def _foreign_state_dict(name_or_path, kwargs) -> dict:
 
 
 def _from_foreign(cls, name_or_path, config: dict, kwargs) -> "JetSpecDrafter":
-    from ..interop.dflash import convert_to_jetspec
+    from .dflash_format import convert_to_jetspec
 
     target = kwargs.pop("target", None)
     fields = None if target is None else {k: v for k, v in target_signature(target).items() if k != "target_hidden_size"}
     state, drafter_config, fmt = convert_to_jetspec(_foreign_state_dict(name_or_path, kwargs), config, fields)
-    logger.warning_once(f"JetSpecDrafter: converting the {fmt} checkpoint {str(name_or_path)!r} on load (hf_jetspec.interop.dflash)")
+    logger.warning_once(f"JetSpecDrafter: converting the {fmt} checkpoint {str(name_or_path)!r} on load (hf_jetspec.drafter.dflash_format)")
     dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
     if dtype in (None, "auto"):
         dtype = next(v.dtype for v in state.values() if v.is_floating_point())

@@ -9,36 +9,38 @@ from collections.abc import Iterable
 
 import torch
 
-from .calibration import ForesightCalibration, conformal_threshold, fit_anchor_temperature, fit_feature_weights
+from ..policy.length_likelihood import fit_feature_weights
+from .calibration import ForesightCalibration, conformal_threshold, fit_anchor_temperature
 from .engine import ForesightRecord
 from .outcomes import TopRows
 
 
-def record_rounds(target, drafter, items: Iterable[tuple[str, torch.Tensor]], max_new_tokens: int, cache_size: int = 4,
+def record_rounds(target, assistant, items: Iterable[tuple[str, torch.Tensor]], max_new_tokens: int, cache_size: int = 4,
                   calibrated: bool = False, progress: bool = True) -> list[ForesightRecord]:
     """Serve ``items`` (``(id, prompt ids)``) greedily with foresight on and return every round's record.
 
-    Selection uses the attached calibration when ``calibrated`` (else Eq. 6's raw scores); the records
-    themselves (decoder/draft rows, features, realised outcome) do not depend on the rule.
+    ``assistant`` is a :class:`~hf_jetspec.assistant.JetSpecAssistant` with a foresight adapter
+    attached. Selection uses the attached calibration when ``calibrated`` (else Eq. 6's raw scores);
+    the records themselves (decoder/draft rows, features, realised outcome) do not depend on the rule.
     """
     from tqdm.auto import tqdm
 
-    saved_options = drafter.drafting_config
-    adapter, calibration = drafter.foresight
+    saved_options = assistant.drafting_config
+    adapter, calibration = assistant.foresight
     if not calibrated:
-        drafter.__dict__["_foresight"] = (adapter, None)
-    drafter.drafting_config = saved_options.replace(foresight=True, record_rounds=True, pipeline="off", cache_size=cache_size)
+        assistant.foresight = (adapter, None)
+    assistant.drafting_config = saved_options.replace(foresight=True, record_rounds=True, pipeline="off", cache_size=cache_size)
     records: list[ForesightRecord] = []
     try:
         items = list(items)
         for _, ids in tqdm(items, desc="recording rounds", disable=not progress):
             with torch.no_grad():
-                target.generate(ids.to(target.device), attention_mask=torch.ones_like(ids).to(target.device), assistant_model=drafter,
+                target.generate(ids.to(target.device), attention_mask=torch.ones_like(ids).to(target.device), assistant_model=assistant,
                                 do_sample=False, max_new_tokens=max_new_tokens)
-            records.extend(drafter.generation_stats.foresight_records)
+            records.extend(assistant.generation_stats.foresight_records)
     finally:
-        drafter.drafting_config = saved_options
-        drafter.__dict__["_foresight"] = (adapter, calibration)
+        assistant.drafting_config = saved_options
+        assistant.foresight = (adapter, calibration)
     return records
 
 

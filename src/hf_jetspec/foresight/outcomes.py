@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..tools.numerics import log_normaliser
+from ..kernels import log_normaliser
 
 
 def draft_token_probs(bonus_probs: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from transformers.generation.candidate_generator import CandidateGenerator
 
+from ..assistant import assistant_for
 from ..drafter.drafter_cache import gather_pending, trim_pending
 from ..drafter.drafting_config import check_context_window
 from ..drafter.jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
@@ -38,7 +39,12 @@ class JetSpecCandidateGenerator(CandidateGenerator):
 
     requires_model_outputs = True
 
-    def __init__(self, target, drafter, generation_config, logits_processor=None):
+    def __init__(self, target, assistant, generation_config, logits_processor=None):
+        """``assistant``: the :class:`~hf_jetspec.assistant.JetSpecAssistant` of the call (a bare
+        drafter is composed with :func:`~hf_jetspec.assistant.assistant_for`)."""
+        assistant = assistant_for(assistant)
+        drafter = assistant.drafter
+        self.assistant = assistant
         drafter.attach_target(target)
         options = drafter.drafting_config
         options.validate()
@@ -80,11 +86,11 @@ class JetSpecCandidateGenerator(CandidateGenerator):
     def _init_foresight(self, target) -> None:
         from ..foresight import ForesightDecoder, ForesightEngine
 
-        attached = self.drafter.foresight
+        attached = self.assistant.foresight
         if attached is None:
             raise ValueError(
                 "drafting_config.foresight / num_context_refreshes need a foresight adapter: "
-                "drafter.attach_foresight(ForesightAdapter.from_pretrained(...)) (or a folder path)"
+                "assistant_for(drafter).attach_foresight(ForesightAdapter.from_pretrained(...)) (or a folder path)"
             )
         adapter, calibration = attached
         adapter.attach_target(target)
@@ -109,8 +115,8 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self.cost = CostModel(sizes, seconds)
         self.gate = DraftGate()
         self.index = NgramIndex(max_ngram=opts.max_ngram)
-        self.memory = self.drafter.output_memory if opts.output_memory else None
-        self.acceptance = self.drafter.acceptance_model_for(self.do_sample)
+        self.memory = self.assistant.output_memory if opts.output_memory else None
+        self.acceptance = self.assistant.acceptance_model_for(self.do_sample)
         self._last_choice = None
         self._last_ids = None
         self._record = None
@@ -410,7 +416,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         candidates = []
         free_rate = 1.0 / costs[0]
         if proposal is not None and opts.ngram:
-            probs = self.drafter.output_memory.accept_probs(proposal)
+            probs = self.assistant.output_memory.accept_probs(proposal)
             candidates.append(Candidate("ngram", proposal.tokens, probs))
             free_rate = max(free_rate, choose_verify_length(probs, costs).rate)
         record = opts.record_acceptance
@@ -459,7 +465,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             return
         choice, proposal = self._last_choice
         if choice.source == "ngram" and proposal is not None:
-            self.drafter.output_memory.observe(proposal, verified=self._proposed, accepted=accepted)
+            self.assistant.output_memory.observe(proposal, verified=self._proposed, accepted=accepted)
         if self._record is not None:
             self._record.accepted = accepted
             self.stats.acceptance_records.append(self._record)

@@ -2,7 +2,8 @@
 
 transformers 5.24 picks a ``CandidateGenerator`` inside ``GenerationMixin._get_candidate_generator``
 from a fixed list of conditions and offers no public hook. This module wraps that method with a dispatch
-on the assistant's class: a :class:`~hf_jetspec.JetSpecDrafter` gets a
+on the assistant's class: a :class:`~hf_jetspec.JetSpecDrafter` (or its
+:class:`~hf_jetspec.assistant.JetSpecAssistant`) gets a
 :class:`~hf_jetspec.generation.candidate_generator.JetSpecCandidateGenerator`; every other call goes to the
 original method unchanged. Two more private methods are wrapped with the same dispatch and nothing
 else: ``_validate_generation_mode`` (JetSpec-specific errors before generic ones) and
@@ -41,9 +42,12 @@ def _running_calls() -> list[list]:
 
 
 def _is_drafter(model) -> bool:
+    """A JetSpec assistant: a :class:`~hf_jetspec.JetSpecDrafter` or a
+    :class:`~hf_jetspec.assistant.JetSpecAssistant`."""
+    from ..assistant import JetSpecAssistant
     from ..drafter.modeling_drafter import JetSpecDrafter
 
-    return isinstance(model, JetSpecDrafter)
+    return isinstance(model, (JetSpecDrafter, JetSpecAssistant))
 
 
 def _wrap_get_candidate_generator(original):
@@ -68,7 +72,9 @@ def _wrap_validate_generation_mode(original):
     def _validate_generation_mode(self, generation_mode, generation_config, generation_mode_kwargs):
         drafter = generation_mode_kwargs.get("assistant_model")
         if _is_drafter(drafter):
-            drafter.check_target(self)
+            from ..assistant import assistant_for
+
+            assistant_for(drafter).drafter.check_target(self)
             if generation_mode != GenerationMode.ASSISTED_GENERATION:
                 raise ValueError(
                     "a JetSpecDrafter speeds up greedy decoding and sampling with num_beams=1; "

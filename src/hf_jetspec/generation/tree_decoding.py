@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..assistant import assistant_for
 from ..drafter.drafter_cache import gather_pending, trim_pending
 from ..drafter.drafting_config import check_context_window
 from ..drafter.jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
@@ -236,20 +237,20 @@ class TreeRoundPolicy:
     the measured cost model (:func:`~hf_jetspec.policy.choose_tree_size`); ``n = 0`` is a plain
     step. The drafter's node scores rank the nodes; what they are expected to commit comes from the
     running calibration of those scores against the verified outcomes
-    (:class:`~hf_jetspec.policy.ScoreCalibration`, kept with ``drafter.output_memory``). Without a
+    (:class:`~hf_jetspec.policy.ScoreCalibration`, kept with the assistant's output memory). Without a
     drafter pass the round verifies the n-gram chain (or nothing) as chain rounds do.
     """
 
-    def __init__(self, target, drafter, options, sampling: bool = False):
+    def __init__(self, target, assistant, options, sampling: bool = False):
         self.options = options
-        self.drafter = drafter
+        self.assistant = assistant
         sizes, seconds = cost_profile_for(target, options.budget)
         self.cost = CostModel(sizes, seconds)
         self.gate = DraftGate()
         self.index = NgramIndex(max_ngram=options.max_ngram)
-        self.memory = drafter.output_memory if options.output_memory else None
-        self.acceptance = drafter.acceptance_model_for(sampling)
-        self.calibration = drafter.output_memory.node_calibration
+        self.memory = assistant.output_memory if options.output_memory else None
+        self.acceptance = assistant.acceptance_model_for(sampling)
+        self.calibration = assistant.output_memory.node_calibration
         self._proposal = None
         self._ngram_nodes: list[int] = []
         self._scored: list[tuple[float, int]] = []  # (raw score, node) of the verified drafter nodes
@@ -266,7 +267,7 @@ class TreeRoundPolicy:
         proposal = propose_ngram(self.index, self.memory, max_depth) if max_depth > 0 and (opts.ngram or opts.ngram_seed) else None
         chain, free = [], choose_verify_length([], costs)
         if proposal is not None and opts.ngram:
-            probs = self.drafter.output_memory.accept_probs(proposal)
+            probs = self.assistant.output_memory.accept_probs(proposal)
             chain = [(proposal.tokens, probs)]
             free = choose_verify_length(probs, costs)
         self._proposal, self._ngram_nodes, self._scored = proposal, [], []
@@ -314,7 +315,7 @@ class TreeRoundPolicy:
             self.calibration.observe("drafter", [s for s, _ in self._scored], [i in on_path for _, i in self._scored])
         if self._proposal is not None and self._ngram_nodes:
             hits = len(set(accepted) & set(self._ngram_nodes))
-            self.drafter.output_memory.observe(self._proposal, verified=len(self._ngram_nodes), accepted=hits)
+            self.assistant.output_memory.observe(self._proposal, verified=len(self._ngram_nodes), accepted=hits)
 
     def close(self, sequence: torch.Tensor, stats: GenerationStats) -> None:
         if self.memory is not None:
@@ -323,12 +324,14 @@ class TreeRoundPolicy:
 
 
 @torch.no_grad()
-def tree_decoding(target, input_ids, logits_processor, stopping_criteria, generation_config, streamer, drafter, model_kwargs):
+def tree_decoding(target, input_ids, logits_processor, stopping_criteria, generation_config, streamer, assistant, model_kwargs):
     """Generate with tree rounds; returns the sequences (or a ``GenerateDecoderOnlyOutput`` with them)."""
     from transformers.generation.utils import GenerateDecoderOnlyOutput
 
     cache = model_kwargs.get("cache")
     _check_supported(target, cache, generation_config, input_ids, model_kwargs)
+    assistant = assistant_for(assistant)
+    drafter = assistant.drafter
     drafter.attach_target(target)
     options = drafter.drafting_config
     check_context_window(drafter, options)
@@ -345,7 +348,7 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
     dcache = drafter.new_cache()
     device = input_ids.device
     k = max(options.tree_top_k, max(options.tree) if isinstance(options.tree, (list, tuple)) else 1)
-    policy = TreeRoundPolicy(target, drafter, options, sampling) if options.policy and options.tree == "auto" else None  # static shapes stay static
+    policy = TreeRoundPolicy(target, assistant, options, sampling) if options.policy and options.tree == "auto" else None  # static shapes stay static
     pending = []  # verified states the drafter cache has not taken yet (with the policy, it takes them when it drafts)
 
     window = options.effective_context_window

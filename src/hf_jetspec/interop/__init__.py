@@ -1,5 +1,5 @@
-"""Interop with other formats and serving engines: DFlash / transformers' MuseGlimmerAssistant
-conversions (``interop.dflash``) and the export to vLLM's dflash folder (``interop.vllm``).
+"""Serving engines: the export to vLLM's dflash folder (``interop.vllm``). The DFlash and
+MuseGlimmerAssistant checkpoint conversions the drafter reads and writes live with the model
+(:mod:`hf_jetspec.drafter.dflash_format`).
 
-Import from the modules; this package file imports nothing, so that a drafter loading a DFlash
-checkpoint does not pull in the serving code."""
+Import from the modules; this package file imports nothing."""

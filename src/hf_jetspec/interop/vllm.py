@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from ..drafter.configuration_drafter import JetSpecDrafterConfig
-from .dflash import jetspec_to_dflash
+from ..drafter.dflash_format import jetspec_to_dflash
 
 TRAINING_FLAGS = "examples/train_drafter.py --dflash-layout MASK_TOKEN_ID"
 EXPORT_MANIFEST = "jetspec_export.json"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..tools.numerics import log_normaliser
+from .log_normaliser import log_normaliser
 
 try:  # Triton is optional: without it (or without CUDA) everything runs the torch path
     import triton

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .length_likelihood import fit_feature_weights, length_log_likelihood
+
 ACCEPTANCE_CALIBRATION_NAME = "acceptance_calibration.json"
 SAMPLED_ACCEPTANCE_CALIBRATION_NAME = "acceptance_calibration_sampled.json"  # fitted on rounds with drafts drawn from q
 FEATURE_NAMES = ("draft_top1_logit", "agreed", "log_position", "bias")
@@ -125,8 +127,6 @@ def pad_records(records: list[AcceptanceRecord]) -> tuple[torch.Tensor, torch.Te
 def fit_acceptance(train: list[AcceptanceRecord], held_out: list[AcceptanceRecord] | None = None, **meta) -> AcceptanceModel:
     """Fit ``w`` on ``train`` (maximum likelihood of the accepted lengths); report the mean held-out
     log-likelihood per round of the fit and of the raw probabilities."""
-    from ..foresight.calibration import fit_feature_weights, length_log_likelihood
-
     if not train:
         raise ValueError("no recorded rounds to calibrate on")
     feats, k, valid = pad_records(train)

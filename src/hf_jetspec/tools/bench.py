@@ -41,8 +41,9 @@ from pathlib import Path
 
 import torch
 
-from .data import chat_input_ids
+from ..data import chat_input_ids
 from ..generation.stats import GenerationStats
+from ..assistant import assistant_for
 
 JETSPEC_VARIANTS = {
     # name: drafting-config changes on top of the bench's jetspec options
@@ -199,13 +200,14 @@ class PeakMemory:
 
 
 def _environment(device: torch.device) -> dict:
+    from importlib.metadata import version
+
     import transformers
 
-    from .. import __version__
     from .dtypes import describe_capability
 
     env = {
-        "hf_jetspec": __version__,
+        "hf_jetspec": version("hf-jetspec"),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),
@@ -252,34 +254,6 @@ def build_items(tokenizer, target, prompts, max_new_tokens: int) -> list[tuple[s
     return items
 
 
-def acceptance_on_items(target, drafter, items, max_new_tokens: int, references: dict | None = None, **options) -> dict:
-    """Greedy tau of ``drafter`` (with drafting ``options``) over ``items``; outputs checked against AR.
-
-    ``references`` caches the target's own greedy outputs by item id across calls. No timing, so it
-    may run on a busy machine. Rounds are chains (full blocks) unless ``options`` name a ``tree``:
-    a drafter's saved options may ask for tree rounds, which commit more per round from the same
-    weights and so are not what "the drafter alone" measures.
-    """
-    references = {} if references is None else references
-    saved = drafter.drafting_config
-    drafter.drafting_config = saved.replace(**({"tree": None} | options))
-    committed = rounds = 0
-    exact = True
-    try:
-        for item_id, ids in items:
-            mask = torch.ones_like(ids)
-            with torch.no_grad():
-                out = target.generate(ids, attention_mask=mask, assistant_model=drafter, do_sample=False, max_new_tokens=max_new_tokens)
-                if item_id not in references:
-                    references[item_id] = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens)
-            exact &= torch.equal(out, references[item_id])
-            committed += drafter.generation_stats.committed_tokens
-            rounds += drafter.generation_stats.rounds
-    finally:
-        drafter.drafting_config = saved
-    return {"tau": committed / max(rounds, 1), "rounds": rounds, "exact": bool(exact)}
-
-
 @dataclass
 class BenchSetup:
     """Everything ``run_bench`` loaded: models, items, generation kwargs and per-method extras."""
@@ -298,7 +272,7 @@ class BenchSetup:
 
 def load_bench(config: BenchConfig) -> BenchSetup:
     """Load the target (in ``config.dtype``), the drafter / assistant the methods need, and the items."""
-    from .data import load_eval_prompts
+    from ..data import load_eval_prompts
     from .targets import load_drafter_for, load_target
 
     torch.manual_seed(config.seed)
@@ -337,7 +311,7 @@ def load_bench(config: BenchConfig) -> BenchSetup:
                 "drafter": mine_what,
                 "drafting_config": asdict(options),
                 "drafter_params_mb": _param_mb(mine),
-                "acceptance_calibrated": mine.acceptance_model.calibrated,
+                "acceptance_calibrated": assistant_for(mine).acceptance_model.calibrated,
             }
         if drafter.drafting_config.needs_foresight_models:
             from .targets import companion_adapter_path
@@ -347,10 +321,10 @@ def load_bench(config: BenchConfig) -> BenchSetup:
                 raise ValueError(f"foresight / context refresh need a foresight adapter: pass --adapter (none is shipped for {config.target!r})")
             if baseline is not None:
                 raise ValueError("jetspec-baseline compares plain drafters: foresight options are not supported with it")
-            drafter.attach_foresight(str(adapter))
+            assistant_for(drafter).attach_foresight(str(adapter))
             for name in variants:
                 extra[name]["adapter"] = str(config.adapter or Path(adapter).relative_to(Path(adapter).parents[1]))
-                extra[name]["calibrated"] = drafter.foresight[1] is not None
+                extra[name]["calibrated"] = assistant_for(drafter).foresight[1] is not None
     if "assisted" in config.methods:
         name = config.assistant or DEFAULT_ASSISTANTS.get(config.target)
         if name is None:
@@ -360,7 +334,7 @@ def load_bench(config: BenchConfig) -> BenchSetup:
     if "prompt-lookup" in config.methods:
         extra["prompt-lookup"] = {"prompt_lookup_num_tokens": config.prompt_lookup_tokens}
     if "hf-dflash" in config.methods:
-        from ..interop.dflash import muse_glimmer_assistant
+        from ..drafter.dflash_format import muse_glimmer_assistant
 
         dflash = muse_glimmer_assistant(drafter)  # raises, naming the fields, for a drafter without the DFlash layout
         extra["hf-dflash"] = {"drafter": what, "block_size": dflash.config.block_size, "assistant": "MuseGlimmerAssistantModel",
@@ -391,7 +365,7 @@ def _use_method(setup: BenchSetup, config: BenchConfig, name: str) -> dict:
 
         drafter = _drafter_of(setup, name)
         drafter.drafting_config = DraftingConfig(**setup.extra[name]["drafting_config"])
-        drafter.output_memory = setup.memories.setdefault(name, OutputMemory())  # no variant learns from another's outputs
+        assistant_for(drafter).output_memory = setup.memories.setdefault(name, OutputMemory())  # no variant learns from another's outputs
         return {"assistant_model": drafter}
     if name == "assisted":
         return {"assistant_model": setup.assistant}
@@ -485,8 +459,8 @@ def measure_tie_margin(target, tokenizer, config: BenchConfig) -> dict:
     the set is too small for that gap; continued by the target's own greedy decoding. A long-prompt
     set has no prompts to spare: its margin comes from GSM8K prompts far past any benchmarked ones.
     """
-    from .data import load_eval_prompts
-    from .long_prompts import parse_long_set
+    from ..data import load_eval_prompts
+    from ..data.long_prompts import parse_long_set
     from .numerics import logit_noise, tie_margin_from_noise
 
     source = config.prompts

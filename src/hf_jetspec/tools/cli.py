@@ -20,7 +20,7 @@ DEMO_PROMPTS = [
 def _chat_inputs(tokenizer, text: str) -> dict:
     import torch
 
-    from .data import chat_input_ids
+    from ..data import chat_input_ids
 
     ids = chat_input_ids(tokenizer, text)
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
@@ -139,7 +139,7 @@ def cmd_bench(args) -> int:
 def _calibration_items(args, tokenizer, target) -> list:
     """Items of ``--prompts SET:OFFSET,...`` (``--per-source`` prompts each), as the bench builds them."""
     from .bench import build_items
-    from .data import load_eval_prompts
+    from ..data import load_eval_prompts
 
     prompts = []
     for spec in args.prompts.split(","):
@@ -151,6 +151,7 @@ def _calibration_items(args, tokenizer, target) -> list:
 def cmd_calibrate(args) -> int:
     import torch
 
+    from ..assistant import assistant_for
     from ..foresight.calibrate import fit_calibration, record_rounds, save_records
     from .targets import companion_adapter_path, load_drafter_for, load_target
 
@@ -161,12 +162,13 @@ def cmd_calibrate(args) -> int:
     if adapter is None:
         print(f"error: no foresight adapter shipped for {args.target!r}; pass --adapter", file=sys.stderr)
         return 2
-    drafter.attach_foresight(str(adapter), calibration=None)
+    assistant = assistant_for(drafter)
+    assistant.attach_foresight(str(adapter), calibration=None)
     if args.budget:
         drafter.drafting_config = drafter.drafting_config.replace(budget=args.budget)
     items = _calibration_items(args, tokenizer, target)
     print(f"recording rounds on {len(items)} calibration prompts with {what}, adapter {adapter}", flush=True)
-    records = record_rounds(target, drafter, items, args.max_new_tokens, cache_size=args.cache_size)
+    records = record_rounds(target, assistant, items, args.max_new_tokens, cache_size=args.cache_size)
     cal = fit_calibration(records, miscoverage=args.miscoverage, budget=drafter.drafting_config.budget)
     out = args.output or str(adapter)
     path = cal.save(out)

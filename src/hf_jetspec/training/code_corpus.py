@@ -159,7 +159,7 @@ def code_chats(sources: Iterable[str] = ("stdlib", "sharegpt"), exclude: Iterabl
             licence = "PSF-2.0"
             chats: Iterable[list[dict]] = (function_chat(fn, i) for i, fn in enumerate(stdlib_functions()))
         elif source == "sharegpt":
-            from ..tools.data import sharegpt_chats
+            from ..data import sharegpt_chats
 
             licence = "the ShareGPT dump's terms (as for the chat drafters)"
             chats = (m for m in sharegpt_chats() if has_code_block(m))

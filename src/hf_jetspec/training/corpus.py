@@ -73,7 +73,7 @@ def load_training_corpus(tokenizer, corpus: str = "sharegpt", num_sequences: int
     import json
     import random
 
-    from ..tools.data import sharegpt_chats
+    from ..data import sharegpt_chats
 
     if corpus == "sharegpt":
         chats = sharegpt_chats()

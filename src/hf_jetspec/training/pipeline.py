@@ -163,7 +163,7 @@ def run_pipeline(target, tokenizer, output: str | os.PathLike, config: PipelineC
     ``prompts``: regeneration prompts (default: the offline training sources, evaluation overlap excluded).
     """
     from ..drafter.modeling_drafter import JetSpecDrafter
-    from ..tools.bench import acceptance_on_items
+    from .drafter_tau import acceptance_on_items
     from .config import JetSpecTrainingArguments
     from .feature_cache import FeatureCacheCollator, FeatureCacheDataset, frequent_cached_tokens
     from .trainer import JetSpecTrainer

@@ -98,7 +98,7 @@ class RegenerationManifest:
 
 def evaluation_lines(min_line_chars: int = 30) -> set[str]:
     """The long lines of every evaluation prompt installed here (the overlap rule's reference)."""
-    from ..tools.data import EVAL_SETS, MissingDatasetError
+    from ..data import EVAL_SETS, MissingDatasetError
     from .code_corpus import prompt_lines
 
     texts = []
@@ -113,7 +113,7 @@ def evaluation_lines(min_line_chars: int = 30) -> set[str]:
 def _source_turns(source: str):
     """First user turns of a training source, in a fixed order."""
     if source == "sharegpt":
-        from ..tools.data import sharegpt_chats
+        from ..data import sharegpt_chats
 
         return (m[0]["content"] for m in sharegpt_chats())
     from .code_corpus import code_chats

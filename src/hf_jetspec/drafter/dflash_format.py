@@ -15,7 +15,7 @@ Every function here is pure: state dicts and config dicts in, state dicts and co
 
 from __future__ import annotations
 
-from ..drafter.configuration_drafter import JetSpecDrafterConfig
+from .configuration_drafter import JetSpecDrafterConfig
 
 MUSE_GLIMMER_MODEL_TYPE = "muse_glimmer_assistant"
 DFLASH_ARCHITECTURE = "DFlashDraftModel"

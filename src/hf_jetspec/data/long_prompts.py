@@ -22,7 +22,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from .data import EvalPrompt, iter_sharegpt
+from .sources import EvalPrompt, iter_sharegpt
 
 SIZES = {"2k": 2048, "4k": 4096, "8k": 8192}
 KINDS = ("chat", "code")

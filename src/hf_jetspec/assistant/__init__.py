@@ -1,0 +1,6 @@
+"""A drafter composed with what serves it beside its weights (the floor above the model, the policy
+and foresight, below the generation loop)."""
+
+from .assistant import JetSpecAssistant, assistant_for
+
+__all__ = ["JetSpecAssistant", "assistant_for"]
