@@ -36,12 +36,16 @@ bench-assistant: $(VENV)/.qwen05
 demo: setup
 	$(BIN)/hf-jetspec demo
 
+# Two workers, one core each (tests/conftest.py); the tests of one real target share a worker, which
+# loads that target once.
+PYTEST_WORKERS ?= 2
+
 test: setup $(VENV)/.qwen15
 	$(BIN)/ruff check src tests benchmarks examples
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=10
 
 test-fast: setup $(VENV)/.qwen15
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow"
 
 # The exactness and policy tests while two spinning processes keep both cores busy: no verdict may
 # depend on how fast the machine is (the policy's prices are pinned in tests/conftest.py).

@@ -13,6 +13,28 @@ torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "measured_costs: the round policy prices rounds with the machine's own timings")
+    if hasattr(config, "workerinput"):  # one of `pytest -n N`'s workers: the cores are shared out between them
+        torch.set_num_threads(1)
+
+
+def real_target_of(item) -> str | None:
+    """The embedded target a test loads, if any: the ``smollm2`` fixture, or a ``slow`` test (they load
+    SmolLM2-135M, or Qwen2.5-Coder-1.5B where the test id names it); the install check loads none."""
+    if "smollm2" in getattr(item, "fixturenames", ()):
+        return "smollm2-135m"
+    if item.get_closest_marker("slow") is None or item.module.__name__ == "test_install":
+        return None
+    return "qwen2.5-coder-1.5b" if "qwen" in item.name else "smollm2-135m"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under ``pytest -n 2 --dist loadgroup`` (the README's test command) the tests of one real target
+    run on one worker, which loads (and on a fresh machine converts) that target once; every other
+    test goes to whichever worker is free."""
+    for item in items:
+        target = real_target_of(item)
+        if target is not None:
+            item.add_marker(pytest.mark.xdist_group(target))
 
 
 @pytest.fixture(autouse=True)

@@ -185,6 +185,25 @@ def test_output_memory_proposes_from_earlier_sequences():
     assert propose_ngram(idx2, mem, 2) is None
 
 
+def test_forgetting_the_oldest_sequence_leaves_the_index_a_rebuild_would_give():
+    """Past ``max_sequences`` the oldest is forgotten: every lookup then answers as a memory built from
+    the kept sequences alone (3 tokens over 4 symbols: n-grams recur across sequences)."""
+    import itertools
+    import random
+
+    rng = random.Random(0)
+    mem = OutputMemory(memory_ngram=2, max_sequences=3)
+    for step in range(40):
+        mem.add_sequence([rng.randrange(4) for _ in range(rng.randrange(2, 9))])
+        assert len(mem.sequences) == min(step + 1, 3)
+        rebuilt = OutputMemory(memory_ngram=2, max_sequences=3)
+        for seq in mem.sequences:
+            rebuilt.add_sequence(seq)
+        for key in itertools.product(range(4), repeat=2):
+            assert mem.lookup(key, 5) == rebuilt.lookup(key, 5), (step, key)
+    assert len(mem._next) <= sum(max(len(s) - 2, 0) for s in mem.sequences)  # forgotten n-grams do not pile up
+
+
 def test_output_memory_acceptance_counts():
     mem = OutputMemory(prior=(1.0, 1.0))
     prop = NgramProposal([1, 2, 3], "sequence", 2)

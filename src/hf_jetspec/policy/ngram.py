@@ -77,30 +77,45 @@ class OutputMemory:
         self.memory_ngram = memory_ngram
         self.max_sequences = max_sequences
         self.prior = prior
-        self.sequences: list[list[int]] = []
-        self._next: dict[tuple[int, ...], tuple[int, int]] = {}
+        self._sequences: dict[int, list[int]] = {}  # id -> tokens, ids counting up; the oldest is forgotten first
+        self._next_id = 0
+        self._next: dict[tuple[int, ...], tuple[int, int]] = {}  # n-gram -> (id, position after it), newest sequence wins
         self._counts: dict[tuple[str, int, int], list[float]] = {}
         self.node_calibration = ScoreCalibration()  # tree rounds: observed acceptance of node scores
 
+    @property
+    def sequences(self) -> list[list[int]]:
+        """The remembered sequences, oldest first."""
+        return list(self._sequences.values())
+
     def clear(self) -> None:
-        self.sequences.clear()
+        self._sequences.clear()
         self._next.clear()
         self._counts.clear()
         self.node_calibration.clear()
 
     # ------------------------------------------------------------------ earlier outputs
-    def add_sequence(self, tokens: list[int]) -> None:
-        if len(self.sequences) >= self.max_sequences:  # forget the oldest: rebuild without it
-            kept = self.sequences[1:]
-            self.sequences, self._next = [], {}
-            for seq in kept:
-                self.add_sequence(seq)
-        sid = len(self.sequences)
-        seq = [int(t) for t in tokens]
-        self.sequences.append(seq)
+    def _ngrams(self, seq: list[int]):
         n = self.memory_ngram
         for j in range(n - 1, len(seq) - 1):
-            self._next[tuple(seq[j - n + 1 : j + 1])] = (sid, j + 1)
+            yield tuple(seq[j - n + 1 : j + 1]), j + 1
+
+    def add_sequence(self, tokens: list[int]) -> None:
+        """Remember ``tokens``; past ``max_sequences`` the oldest sequence is forgotten.
+
+        An n-gram keys the newest sequence that holds it, so forgetting the oldest drops exactly the
+        n-grams that point at it (a newer sequence holding one would already own it): the index is
+        the one a rebuild from the kept sequences would give, at the cost of one sequence."""
+        if len(self._sequences) >= self.max_sequences:
+            oldest = next(iter(self._sequences))
+            for key, _ in self._ngrams(self._sequences.pop(oldest)):
+                if self._next.get(key, (None,))[0] == oldest:
+                    del self._next[key]
+        sid, self._next_id = self._next_id, self._next_id + 1
+        seq = [int(t) for t in tokens]
+        self._sequences[sid] = seq
+        for key, pos in self._ngrams(seq):
+            self._next[key] = (sid, pos)
 
     def lookup(self, suffix: tuple[int, ...], max_tokens: int) -> list[int]:
         if len(suffix) < self.memory_ngram:
@@ -109,7 +124,7 @@ class OutputMemory:
         if hit is None:
             return []
         sid, pos = hit
-        return self.sequences[sid][pos : pos + max_tokens]
+        return self._sequences[sid][pos : pos + max_tokens]
 
     # ------------------------------------------------------------------ acceptance of n-gram proposals
     @classmethod

@@ -8,6 +8,7 @@ Any other name goes to ``AutoModelForCausalLM.from_pretrained`` unchanged (Hub i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -185,13 +186,38 @@ def _convert_gguf(spec: EmbeddedTarget, folder: Path, cache_dir: Path) -> None:
 
 
 def converted_folder(spec: EmbeddedTarget, cache_dir: str | os.PathLike | None = None) -> Path:
-    """Local safetensors folder of an embedded target, converting it on first use."""
+    """Local safetensors folder of an embedded target, converting it on first use. Processes that ask
+    at the same time (parallel test workers, a bench beside a training run) convert it once: the
+    first holds a lock on the cache while it converts, the others wait and then read its folder."""
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     folder = cache / "targets" / spec.name
     marker = folder / "HF_JETSPEC_CONVERTED"
-    if not (marker.is_file() and marker.read_text().split("\n")[0] == _CACHE_FORMAT):
-        _convert_gguf(spec, folder, cache)
+
+    def ready() -> bool:
+        return marker.is_file() and marker.read_text().split("\n")[0] == _CACHE_FORMAT
+
+    if not ready():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with _exclusive(folder.parent / f".{spec.name}.lock"):
+            if not ready():
+                _convert_gguf(spec, folder, cache)
     return folder
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path):
+    """An exclusive lock on ``lock_path`` for the block (``fcntl`` where it exists; elsewhere none)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: conversions are not expected to race there
+        yield
+        return
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def load_target(
