@@ -27,14 +27,24 @@ def real_target_of(item) -> str | None:
     return "qwen2.5-coder-1.5b" if "qwen" in item.name else "smollm2-135m"
 
 
+# the longest tests outside the real-target groups (each runs a subprocess: a pip resolution, the GPU check's dry run)
+RUN_EARLY = ("test_install", "test_gpu_check")
+START_ORDER = ("qwen2.5-coder-1.5b", "early", "smollm2-135m")  # then everything else, in collection order
+
+
 def pytest_collection_modifyitems(config, items):
     """Under ``pytest -n 2 --dist loadgroup`` (the README's test command) the tests of one real target
     run on one worker, which loads (and on a fresh machine converts) that target once; every other
-    test goes to whichever worker is free."""
+    test goes to whichever worker is free. The longest tests start first, so that the two workers
+    finish together rather than one waiting on a long test that started last."""
+    rank = {}
     for item in items:
         target = real_target_of(item)
         if target is not None:
             item.add_marker(pytest.mark.xdist_group(target))
+        kind = target or ("early" if item.module.__name__ in RUN_EARLY else None)
+        rank[item.nodeid] = START_ORDER.index(kind) if kind in START_ORDER else len(START_ORDER)
+    items.sort(key=lambda item: rank[item.nodeid])
 
 
 @pytest.fixture(autouse=True)

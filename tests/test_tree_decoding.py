@@ -321,11 +321,12 @@ def test_real_smollm2_tree_rounds_with_the_shipped_drafter_are_exact(smollm2):
         "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?",
         "Write a Python function that checks whether a number is prime.",
     ]
+    encoded = [tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
+               for text in prompts]
+    references = [model.generate(**enc, do_sample=False, max_new_tokens=48) for enc in encoded]  # plain decoding, once per prompt
     for shape, budget, policy in (("auto", 8, False), ("auto", 16, False), ("auto", 16, True), ([4, 2, 2, 1, 1], 16, False)):
         with tree_options(drafter, tree=shape, budget=budget, policy=policy):
-            for text in prompts:
-                enc = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
-                ref = model.generate(**enc, do_sample=False, max_new_tokens=48)
+            for text, enc, ref in zip(prompts, encoded, references):
                 out = model.generate(**enc, assistant_model=drafter, do_sample=False, max_new_tokens=48)
                 assert torch.equal(ref, out), (shape, budget, policy, text)
             assert drafter.generation_stats.tau > 1.0

@@ -157,8 +157,14 @@ def locate_gguf(spec: EmbeddedTarget, cache_dir: Path) -> Path:
 
 
 def _convert_gguf(spec: EmbeddedTarget, folder: Path, cache_dir: Path) -> None:
-    """Dequantise the GGUF once and save model + tokenizer as a safetensors folder."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    """Dequantise the GGUF once and save model + tokenizer as a safetensors folder.
+
+    The GGUF file is parsed twice (weights, tokenizer); the configuration is the loaded model's, and
+    the saved model is built on the meta device and takes the dequantised tensors as they are, so no
+    random initialisation of a throwaway copy runs (36 s of a 1.5B target's first load)."""
+    import copy
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
         import gguf  # noqa: F401
@@ -167,15 +173,19 @@ def _convert_gguf(spec: EmbeddedTarget, folder: Path, cache_dir: Path) -> None:
     gguf_path = locate_gguf(spec, cache_dir)
     gguf_model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
-    config = AutoConfig.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
+    config = copy.deepcopy(gguf_model.config)
+    config.__dict__.pop("quantization_config", None)
     config._name_or_path = spec.hub_id
-    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    missing, unexpected = fresh.load_state_dict(gguf_model.state_dict(), strict=False)
+    with torch.device("meta"):  # a GGUF-loaded model refuses save_pretrained: a plain one takes its tensors
+        fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = fresh.load_state_dict(gguf_model.state_dict(), strict=False, assign=True)
     missing = [k for k in missing if not k.endswith("lm_head.weight") or not config.tie_word_embeddings]
     if missing or unexpected:
         raise RuntimeError(f"converting {spec.gguf_name}: missing {missing}, unexpected {unexpected}")
+    fresh.tie_weights()
+    leftover = [name for name, t in fresh.state_dict().items() if t.is_meta]
+    if leftover:
+        raise RuntimeError(f"converting {spec.gguf_name}: no values for {leftover}")
     tmp = folder.with_name(folder.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     fresh.save_pretrained(tmp)
