@@ -699,7 +699,10 @@ def main() -> int:
     ap.add_argument("--device", default=None, help="default: cuda when available (cpu for --dry-run)")
     ap.add_argument("--sections", default="environment,exactness,bf16_ties,system_timing,smollm2,long_prompts,ctmc_cost,kernels,train_pipeline")
     ap.add_argument("--pipeline-minutes", type=float, default=None, help="the train_pipeline section's budget (default 2; dry run 0.3)")
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads torch may use (default: torch's own choice)")
     args = ap.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device or ("cpu" if args.dry_run or not torch.cuda.is_available() else "cuda"))
     if device.type != "cuda" and not args.dry_run:
         print("no CUDA device: run with --dry-run for the CPU check", file=sys.stderr)

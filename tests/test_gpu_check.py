@@ -10,8 +10,11 @@ SECTIONS = {"environment", "exactness", "bf16_ties", "system_timing", "smollm2",
 
 
 def test_gpu_check_dry_run(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/gpu_check.py"), "--dry-run", "--output", str(tmp_path)],
-                          capture_output=True, text=True, cwd=ROOT)
+    import torch
+
+    # as many threads as this process has: one under `pytest -n 2`, where two threads would contend for the other worker's core
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/gpu_check.py"), "--dry-run", "--output", str(tmp_path),
+                           "--threads", str(torch.get_num_threads())], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((tmp_path / "gpu_check.json").read_text())
     assert data["dry_run"] and set(data["sections"]) == SECTIONS
