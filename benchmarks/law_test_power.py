@@ -57,37 +57,14 @@ def pvalue(law, keys) -> float:
         tse.SAMPLES = saved
 
 
-def no_residual(drafts, q_logits, p_logits, uniforms=None, point_masses=False, process_row=None):
-    """The chain verifier without the residual (as in test_sampled_chain_rounds_verify_through_speculative_verify)."""
-    for i in range(p_logits.shape[0] if process_row else 0):
-        process_row(i)
-    p = torch.softmax(p_logits.float(), -1)
-    n = 0
-    while n < drafts.numel() and float(torch.rand(())) < float(p[n, drafts[n]]):
-        n += 1
-    return torch.cat([drafts[:n].long(), sd.draw_rows(p[n][None])]), n
-
-
-def undrawn_sibling(tree, probs, generator=None):
-    """The tree verifier that accepts the first child whichever token was drawn (as in the tree test)."""
-    accepted, node = [], -1
-    while True:
-        v = int(torch.multinomial(probs[node + 1], 1))
-        kids = tree.children(node)
-        if v not in kids:
-            return accepted, v
-        node = next(iter(kids.values()))
-        accepted.append(node)
-
-
 def faults():
     """(name, module, attribute, replacement, tree drafter?, sampled drafts?) of each test's fault."""
     return [
         ("min(1, q/p) acceptance", gen_utils, "_speculative_sampling", tse.wrong_speculative_sampling(ratio="q/p"), False, True),
         ("correction drawn from p", gen_utils, "_speculative_sampling", tse.wrong_speculative_sampling(residual=False), False, True),
         ("drafter softmax as q of argmax drafts", cg, "JetSpecCandidateGenerator", tse.SoftmaxAsProposal, False, False),
-        ("chain verifier without the residual", sd, "speculative_verify", no_residual, False, False),
-        ("tree verifier accepts an undrawn sibling", td, "accept_sampled", undrawn_sibling, True, False),
+        ("chain verifier without the residual", sd, "speculative_verify", tse.verify_without_residual, False, False),
+        ("tree verifier accepts an undrawn sibling", td, "accept_sampled", ttd.accept_an_undrawn_sibling, True, False),
         ("multi-draft verifier without the residual", tree_mod, "_residual", lambda p, token, q: p, True, True),
     ]
 

@@ -127,6 +127,19 @@ def wrong_speculative_sampling(ratio: str = "p/q", residual: bool = True):
     return verify
 
 
+def verify_without_residual(drafts, q_logits, p_logits, uniforms=None, point_masses=False, process_row=None):
+    """Deliberately wrong chain verifier: after a rejection it draws from p, not from p without the rejected draft."""
+    from hf_jetspec.generation.sampled_drafting import draw_rows
+
+    for i in range(p_logits.shape[0] if process_row else 0):
+        process_row(i)
+    p = torch.softmax(p_logits.float(), -1)
+    n = 0
+    while n < drafts.numel() and float(torch.rand(())) < float(p[n, drafts[n]]):
+        n += 1
+    return torch.cat([drafts[:n].long(), draw_rows(p[n][None])]), n
+
+
 @pytest.fixture(scope="module")
 def target():
     return small_target()
@@ -267,15 +280,6 @@ def test_sampled_chain_rounds_verify_through_speculative_verify(target, monkeypa
     forgets the rejected draft (draws from p) breaks the law, and the chi-square test sees it."""
     import hf_jetspec.generation.sampled_drafting as sd
 
-    def no_residual(drafts, q_logits, p_logits, uniforms=None, point_masses=False, process_row=None):
-        for i in range(p_logits.shape[0] if process_row else 0):
-            process_row(i)
-        p = torch.softmax(p_logits.float(), -1)
-        n = 0
-        while n < drafts.numel() and float(torch.rand(())) < float(p[n, drafts[n]]):
-            n += 1
-        return torch.cat([drafts[:n].long(), sd.draw_rows(p[n][None])]), n  # p, not p without the rejected draft
-
     calls = []
     real = sd.speculative_verify
     monkeypatch.setattr(sd, "speculative_verify", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -284,7 +288,7 @@ def test_sampled_chain_rounds_verify_through_speculative_verify(target, monkeypa
     target.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), assistant_model=drafter, do_sample=True, max_new_tokens=NEW,
                     min_new_tokens=NEW, temperature=1.0, top_k=0)
     assert calls  # the point-mass round went through our verifier
-    monkeypatch.setattr(sd, "speculative_verify", no_residual)
+    monkeypatch.setattr(sd, "speculative_verify", verify_without_residual)
     law = exact_joint(target, [TemperatureLogitsWarper(1.0)])
     counts = empirical(target, drafter, temperature=1.0, top_k=0)
     assert chi2_pvalue(law, counts) < 1e-3

@@ -258,18 +258,20 @@ def test_tree_sampling_matches_the_exact_law(vocab4_target, policy):
     assert chi2_pvalue(law, counts) > 1e-3
 
 
-def test_a_tree_verifier_that_accepts_an_undrawn_sibling_is_detected(vocab4_target, monkeypatch):
-    def wrong(tree, probs, generator=None):
-        accepted, node = [], -1
-        while True:
-            v = int(torch.multinomial(probs[node + 1], 1))
-            kids = tree.children(node)
-            if v not in kids:
-                return accepted, v
-            node = next(iter(kids.values()))  # the first child, whichever token the target drew
-            accepted.append(node)
+def accept_an_undrawn_sibling(tree, probs, generator=None):
+    """Deliberately wrong tree walk: it descends into the first child whichever token the target drew."""
+    accepted, node = [], -1
+    while True:
+        v = int(torch.multinomial(probs[node + 1], 1))
+        kids = tree.children(node)
+        if v not in kids:
+            return accepted, v
+        node = next(iter(kids.values()))
+        accepted.append(node)
 
-    monkeypatch.setattr(td, "accept_sampled", wrong)
+
+def test_a_tree_verifier_that_accepts_an_undrawn_sibling_is_detected(vocab4_target, monkeypatch):
+    monkeypatch.setattr(td, "accept_sampled", accept_an_undrawn_sibling)
     drafter = _tree_drafter(vocab4_target)
     drafter.drafting_config = drafter.drafting_config.replace(policy=False, sampled_drafts=False)  # full top-k trees
     law = exact_joint(vocab4_target, [TemperatureLogitsWarper(1.0)])
