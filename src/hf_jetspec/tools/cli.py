@@ -232,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="generate with the default target and its drafter, AR vs JetSpec side by side")
     demo.add_argument("--target", default="smollm2-135m")
-    demo.add_argument("--drafter", default=None, help="drafter folder or Hub id (default: the one shipped for the target)")
+    demo.add_argument("--drafter", default=None, help="drafter folder or Hub id (default: the one shipped for the target; \"random\": an untrained one)")
     demo.add_argument("--max-new-tokens", type=int, default=96)
     demo.add_argument("--num-prompts", type=int, default=len(DEMO_PROMPTS))
     demo.add_argument("--budget", type=int, default=None)
@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="methods side by side on the same prompts, interleaved, saved as JSON + plot")
     bench.add_argument("--target", default="smollm2-135m")
-    bench.add_argument("--drafter", default=None, help="drafter folder or Hub id (default: the one shipped for the target)")
+    bench.add_argument("--drafter", default=None, help="drafter folder or Hub id (default: the one shipped for the target; \"random\": an untrained one)")
     bench.add_argument("--baseline-drafter", default=None,
                        help="a second drafter (folder or Hub id) for the jetspec-baseline method, measured in the same run")
     bench.add_argument("--prompts", default="gsm8k",

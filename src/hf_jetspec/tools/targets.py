@@ -300,13 +300,20 @@ def companion_adapter_path(name_or_path: str) -> Path | None:
     return None
 
 
+RANDOM_DRAFTER = "random"  # ``--drafter random``: a freshly initialised drafter even where one is shipped
+
+
 def load_drafter_for(target, target_name: str, drafter_path: str | None):
-    """The drafter to use: ``drafter_path``, else the one shipped for ``target_name``, else a random one.
+    """The drafter to use: ``drafter_path``, else the one shipped for ``target_name``, else a random one
+    (``drafter_path="random"`` asks for a random one explicitly).
 
     Returns ``(drafter, description)``; the description says plainly when the drafter is untrained.
     """
     from ..drafter.modeling_drafter import JetSpecDrafter
 
+    if drafter_path == RANDOM_DRAFTER:
+        torch.manual_seed(0)
+        return JetSpecDrafter.for_target(target).eval(), "RANDOM-INIT drafter (asked for with --drafter random: expect tau ~1)"
     path = drafter_path or companion_drafter_path(target_name)
     if path is not None:
         shown = Path(path)
