@@ -71,3 +71,14 @@ def test_real_smollm2_and_local_folder(smollm2, tmp_path):
     tok.save_pretrained(tmp_path)
     again, tok2 = load_target(str(tmp_path), dtype=torch.bfloat16)
     assert again.dtype == torch.bfloat16 and tok2.vocab_size == tok.vocab_size
+
+
+def test_random_drafter_is_asked_for_by_name(llama_target):
+    """``--drafter random``: an untrained drafter even for a target that has a shipped one, and said so."""
+    from hf_jetspec.tools.targets import RANDOM_DRAFTER, companion_drafter_path, load_drafter_for
+
+    assert companion_drafter_path("smollm2-135m") is not None
+    drafter, what = load_drafter_for(llama_target, "smollm2-135m", RANDOM_DRAFTER)
+    assert "RANDOM-INIT" in what and drafter.config.target_hidden_size == llama_target.config.hidden_size
+    again, _ = load_drafter_for(llama_target, "smollm2-135m", RANDOM_DRAFTER)
+    assert all(torch.equal(a, b) for a, b in zip(drafter.state_dict().values(), again.state_dict().values()))  # seeded
