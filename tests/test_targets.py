@@ -80,5 +80,9 @@ def test_random_drafter_is_asked_for_by_name(llama_target):
     assert companion_drafter_path("smollm2-135m") is not None
     drafter, what = load_drafter_for(llama_target, "smollm2-135m", RANDOM_DRAFTER)
     assert "RANDOM-INIT" in what and drafter.config.target_hidden_size == llama_target.config.hidden_size
+    torch.manual_seed(123)
+    before = torch.rand(3)
+    torch.manual_seed(123)
     again, _ = load_drafter_for(llama_target, "smollm2-135m", RANDOM_DRAFTER)
+    assert torch.equal(torch.rand(3), before)  # the caller's random stream is left as it was
     assert all(torch.equal(a, b) for a, b in zip(drafter.state_dict().values(), again.state_dict().values()))  # seeded

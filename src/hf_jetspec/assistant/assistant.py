@@ -66,12 +66,6 @@ class JetSpecAssistant:
                 drafter.__dict__[_SLOT] = assistant
             return assistant
 
-    def bind(self) -> "JetSpecAssistant":
-        """Make this the assistant ``generate(assistant_model=self.drafter)`` uses; returns self."""
-        with _LOCK:
-            self.drafter.__dict__[_SLOT] = self
-        return self
-
     @classmethod
     def from_pretrained(cls, name_or_path, **kwargs) -> "JetSpecAssistant":
         """``JetSpecDrafter.from_pretrained(name_or_path, **kwargs)`` and the calibrations saved beside it."""

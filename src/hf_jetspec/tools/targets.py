@@ -312,8 +312,10 @@ def load_drafter_for(target, target_name: str, drafter_path: str | None):
     from ..drafter.modeling_drafter import JetSpecDrafter
 
     if drafter_path == RANDOM_DRAFTER:
-        torch.manual_seed(0)
-        return JetSpecDrafter.for_target(target).eval(), "RANDOM-INIT drafter (asked for with --drafter random: expect tau ~1)"
+        with torch.random.fork_rng(devices=[]):  # the same weights every time, the caller's random stream untouched
+            torch.manual_seed(0)
+            drafter = JetSpecDrafter.for_target(target).eval()
+        return drafter, "RANDOM-INIT drafter (asked for with --drafter random: expect tau ~1)"
     path = drafter_path or companion_drafter_path(target_name)
     if path is not None:
         shown = Path(path)
