@@ -19,11 +19,13 @@ from hf_jetspec.policy import (
     best_candidate,
     choose_tree_size,
     choose_verify_length,
+    chain_conditionals,
     expected_committed,
     expected_committed_tree,
     fit_acceptance,
     interpolate_monotone,
     node_features,
+    position_bucket,
     propose_ngram,
     score_bin,
 )
@@ -219,21 +221,79 @@ def test_output_memory_acceptance_counts():
 # ---------------------------------------------------------------------- draft gate
 def test_draft_gate_closes_and_probes_with_backoff():
     gate = DraftGate(ema=1.0, min_probe=2, max_probe=8)
-    assert gate.should_draft(free_rate=1.0)  # nothing known yet
+    assert gate.should_draft()  # nothing known yet
     gate.observe(0.5, free_rate=1.0)  # drafting did not pay
     closed = []
     for _ in range(40):
-        if gate.should_draft(1.0):
+        if gate.should_draft():
             closed.append(gate.since_draft + 1)
             gate.observe(0.5, 1.0)
         else:
             gate.skipped()
     assert closed[:5] == [2, 4, 8, 8, 8]  # probe intervals double up to the cap
     gate.observe(2.0, free_rate=1.0)  # a probe that paid opens the gate
-    assert gate.should_draft(1.0) and gate.probe == 2
+    assert gate.should_draft() and gate.probe == 2
 
 
 # ---------------------------------------------------------------------- acceptance model
+def test_draft_gate_probes_no_more_than_a_share_of_the_time():
+    gate = DraftGate()
+    gate.limit_probe_cost(draft_s=0.05, step_s=0.1)  # 0.05 / (0.02 * 0.1) = 25 rounds: the floor of 32 holds
+    assert gate.max_probe == 32
+    gate.limit_probe_cost(draft_s=1.0, step_s=0.33)  # a dear drafter pass: 1 / (0.02 * 0.33) = 151.5 -> 152
+    assert gate.max_probe == 152
+    gate.limit_probe_cost(draft_s=1.0, step_s=0.33, share=0.1)
+    assert gate.max_probe == 32  # 30.3 -> 31, below the floor
+
+
+def test_chain_estimates_are_calibrated_conditionals_with_a_carried_correction():
+    # position 1: (0 + 4 * 0.8) / (4 + 4) = 0.4, correction 0.5; position 2 unobserved: 4 * 0.6 * 0.5 / 4 = 0.3
+    assert chain_conditionals([0.8, 0.6], [(0, 4), (0, 0)], 4.0) == pytest.approx([0.4, 0.3])
+    # an underconfident drafter: (4 + 4 * 0.5) / 8 = 0.75, correction 1.5; 0.9 * 1.5 is clipped to 1
+    assert chain_conditionals([0.5, 0.9], [(4, 4), (0, 0)], 4.0) == pytest.approx([0.75, 1.0])
+    calibration = ScoreCalibration(prior_weight=4.0)
+    for _ in range(6):  # six blocks, position 1 rejected every time: position 2 was never reached
+        calibration.observe_chain("drafter-chain", [0.9, 0.5], accepted=0)
+    # (0 + 4 * 0.9) / (6 + 4) = 0.36, correction 0.4; then 4 * 0.5 * 0.4 / 4 = 0.2
+    assert calibration.chain("drafter-chain", [0.9, 0.5]) == pytest.approx([0.36, 0.2])
+    calibration.observe_chain("drafter-chain", [0.9, 0.9, 0.9], accepted=1)  # position 2 rejected, position 3 not reached
+    # (1 + 3.6) / 11 = 0.41818, correction 0.46465; (0 + 4 * 0.9 * 0.46465) / (1 + 4) = 0.33455
+    assert calibration.chain("drafter-chain", [0.9, 0.9]) == pytest.approx([4.6 / 11, 3.6 * (4.6 / 11 / 0.9) / 5])
+    assert [position_bucket(j) for j in (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 40)] == [0, 1, 2, 3, 4, 4, 5, 5, 6, 6, 7, 7]
+
+
+def test_a_drafter_whose_drafts_are_never_accepted_soon_stops_being_verified(llama_target, monkeypatch):
+    """A confident drafter that is always wrong (its draft vocabulary is one token the target never
+    writes here), verification dearer than a plain step and a drafter pass half a step: after a few
+    rounds its blocks are no longer verified, and it runs only in rare probes, in this call and the next."""
+    import hf_jetspec.policy as policy_module
+    from hf_jetspec import JetSpecDrafter
+
+    monkeypatch.setattr(policy_module, "cost_profile_for", lambda target, n: ([1, 2, 16, 32], [0.010, 0.016, 0.020, 0.026]))
+    monkeypatch.setattr(CostModel, "draft_cost", lambda self, passes: 0.005 * passes)
+    monkeypatch.setattr(CostModel, "observe_verify", lambda self, n, seconds: None)  # the prices above, whatever the machine's load
+    prompt = torch.tensor([[5, 17, 33, 2, 90, 41, 7, 12]])
+    plain = llama_target.generate(prompt, do_sample=False, max_new_tokens=120)
+    never = next(t for t in range(llama_target.config.vocab_size) if t not in plain[0].tolist())
+    torch.manual_seed(0)
+    drafter = JetSpecDrafter.for_target(llama_target).eval()
+    drafter.restrict_draft_vocab([never])  # top-1 probability 1: the raw estimates are as high as they go
+    drafter.drafting_config = drafter.drafting_config.replace(ngram=False, ngram_seed=False, num_jacobi_passes=0)
+    for call in range(2):
+        out = llama_target.generate(prompt, do_sample=False, max_new_tokens=120, assistant_model=drafter)
+        assert torch.equal(out, plain)
+        stats = drafter.generation_stats
+        verified = [i for i, source in enumerate(stats.round_sources) if source == "drafter"]
+        assert stats.tau == 1.0 and len(stats.round_sources) == 119  # the first token comes with the prompt's forward
+        if call == 0:
+            assert len(verified) <= 8 and max(verified) < 10, verified  # a few rounds teach the calibration
+        else:
+            assert not verified  # the next call starts from what the first one learnt
+        # call 0: a few rounds to learn, then probes after 2, 4, 8, ... skipped rounds (at most 7 in 119);
+        # call 1: the gate is still closed, its probes at the cap of 32 rounds (a pass is cheap here): at most 4 in 119
+        assert stats.drafter_runs <= (15 if call == 0 else 4), stats.drafter_runs
+
+
 def test_acceptance_features_by_hand():
     feats = acceptance_features(torch.tensor([0.5, 0.9]), torch.tensor([True, False]))
     assert feats.shape == (2, 4)

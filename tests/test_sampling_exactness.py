@@ -147,9 +147,15 @@ def target():
 
 @pytest.mark.parametrize("kwargs", [{"temperature": 1.0, "top_k": 0}, {"temperature": 0.7, "top_k": 0, "top_p": 0.8}])
 @pytest.mark.parametrize("policy", [False, True])
-def test_sampled_chain_drafts_follow_the_exact_law(target, kwargs, policy):
+def test_sampled_chain_drafts_follow_the_exact_law(target, kwargs, policy, monkeypatch):
     """Drafts drawn from q and verified with min(1, p/q) (transformers' verifier, handed our proposal logits)."""
-    from hf_jetspec.policy import AcceptanceModel
+    import hf_jetspec.policy as policy_module
+    from hf_jetspec.policy import AcceptanceModel, CostModel
+
+    # fixed prices, whatever the machine's load, so that the policy's mix of sources below is the same on every run
+    monkeypatch.setattr(policy_module, "cost_profile_for", lambda target, n: ([1, 2, 3], [0.010, 0.0105, 0.011]))
+    monkeypatch.setattr(CostModel, "observe_verify", lambda self, n, seconds: None)
+    monkeypatch.setattr(CostModel, "draft_cost", lambda self, passes: 0.0005 * passes)
 
     drafter = sharp_drafter(target)
     drafter.drafting_config = drafter.drafting_config.replace(policy=policy, sampled_drafts=True)

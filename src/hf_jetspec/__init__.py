@@ -2,7 +2,7 @@
 
 from transformers import AutoConfig, AutoModel
 
-from .assistant import JetSpecAssistant
+from .assistant import DrafterFreeAssistant, DrafterFreeConfig, JetSpecAssistant
 from .generation import seam
 from .drafter.configuration_drafter import JetSpecDrafterConfig, default_target_layer_ids
 from .drafter.drafting_config import DraftingConfig
@@ -17,6 +17,8 @@ AutoModel.register(JetSpecDrafterConfig, JetSpecDrafter, exist_ok=True)
 seam.install()
 
 __all__ = [
+    "DrafterFreeAssistant",
+    "DrafterFreeConfig",
     "DraftingConfig",
     "GenerationStats",
     "JetSpecAssistant",

@@ -2,5 +2,6 @@
 and foresight, below the generation loop)."""
 
 from .assistant import JetSpecAssistant, assistant_for
+from .drafter_free import DrafterFreeAssistant, DrafterFreeConfig
 
-__all__ = ["JetSpecAssistant", "assistant_for"]
+__all__ = ["DrafterFreeAssistant", "DrafterFreeConfig", "JetSpecAssistant", "assistant_for"]

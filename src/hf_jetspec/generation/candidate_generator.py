@@ -15,6 +15,8 @@ from ..drafter.jacobi import initial_block_inputs, jacobi_refine, sample_noise_t
 from .sampled_drafting import make_proposal, point_mass_logits, row_pure
 from .stats import GenerationStats
 
+CHAIN_SOURCE = "drafter-chain"  # chain rounds' drafted blocks in the running calibration of path scores
+
 
 class JetSpecCandidateGenerator(CandidateGenerator):
     """Drafts one block per verification round from the target's verified hidden states.
@@ -108,18 +110,19 @@ class JetSpecCandidateGenerator(CandidateGenerator):
 
     # ------------------------------------------------------------------ round policy set-up
     def _init_policy(self, target) -> None:
-        from ..policy import CostModel, DraftGate, NgramIndex, cost_profile_for
+        from ..policy import CostModel, NgramIndex, cost_profile_for
 
         opts = self.options
         sizes, seconds = cost_profile_for(target, opts.budget)
         self.cost = CostModel(sizes, seconds)
-        self.gate = DraftGate()
+        self.gate = self.assistant.output_memory.draft_gate("chain")
         self.index = NgramIndex(max_ngram=opts.max_ngram)
         self.memory = self.assistant.output_memory if opts.output_memory else None
         self.acceptance = self.assistant.acceptance_model_for(self.do_sample)
         self._last_choice = None
         self._last_ids = None
         self._record = None
+        self._drafted_raw = None  # the raw conditional estimates of this round's drafted block
 
     def _foresight_job(self, *args, ready=None, **kwargs):
         t0 = time.perf_counter()
@@ -407,7 +410,8 @@ class JetSpecCandidateGenerator(CandidateGenerator):
 
     def _policy_round(self, input_ids, anchor, context, gamma, cur_len) -> list[int]:
         """Choose this round's candidate (see :mod:`hf_jetspec.policy`) and return its tokens."""
-        from ..policy import AcceptanceRecord, Candidate, RoundChoice, VerifyChoice, best_candidate, choose_verify_length, propose_ngram
+        from ..policy import (AcceptanceRecord, Candidate, RoundChoice, VerifyChoice, best_candidate, choose_verify_length,
+                              propose_ngram)
 
         opts = self.options
         self.index.extend(input_ids[0, len(self.index.tokens) :].tolist())
@@ -421,7 +425,8 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             free_rate = max(free_rate, choose_verify_length(probs, costs).rate)
         record = opts.record_acceptance
         passes_cost = self.cost.draft_cost(1 + opts.num_jacobi_passes)
-        if record or self.gate.should_draft(free_rate):
+        self.gate.limit_probe_cost(passes_cost, costs[0])
+        if record or self.gate.should_draft():
             self._flush_context()  # rows of earlier plain rounds: paid once, not a price of every pass
             t0 = time.perf_counter()
             seed = proposal.tokens if (proposal is not None and opts.ngram_seed) else []
@@ -429,8 +434,11 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             self.cost.observe_draft(passes, time.perf_counter() - t0)
             self.stats.drafter_runs += 1
             self.stats.seeded_drafter_runs += int(bool(seed))
-            probs = self.acceptance.accept_probs(features).tolist()
-            value = choose_verify_length(probs, costs, draft_cost=passes_cost).rate
+            raw = self.acceptance.accept_probs(features).tolist()
+            # what verification has observed of this assistant's drafted blocks corrects the estimates
+            probs = self.assistant.output_memory.node_calibration.chain(CHAIN_SOURCE, raw)
+            self._drafted_raw = raw
+            value = choose_verify_length(probs, costs, draft_cost=passes_cost, min_length=1).rate
             self.gate.observe(value, free_rate)
             candidates.append(Candidate("drafter", draft.tolist(), probs))
             if record:  # calibration rounds verify the whole drafted block
@@ -466,6 +474,8 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         choice, proposal = self._last_choice
         if choice.source == "ngram" and proposal is not None:
             self.assistant.output_memory.observe(proposal, verified=self._proposed, accepted=accepted)
+        if choice.source == "drafter" and self._drafted_raw is not None:
+            self.assistant.output_memory.node_calibration.observe_chain(CHAIN_SOURCE, self._drafted_raw[: self._proposed], accepted)
         if self._record is not None:
             self._record.accepted = accepted
             self.stats.acceptance_records.append(self._record)

@@ -42,12 +42,18 @@ def _running_calls() -> list[list]:
 
 
 def _is_drafter(model) -> bool:
-    """A JetSpec assistant: a :class:`~hf_jetspec.JetSpecDrafter` or a
-    :class:`~hf_jetspec.assistant.JetSpecAssistant`."""
-    from ..assistant import JetSpecAssistant
+    """A JetSpec assistant: a :class:`~hf_jetspec.JetSpecDrafter`, a
+    :class:`~hf_jetspec.assistant.JetSpecAssistant` or a :class:`~hf_jetspec.assistant.DrafterFreeAssistant`."""
+    from ..assistant import DrafterFreeAssistant, JetSpecAssistant
     from ..drafter.modeling_drafter import JetSpecDrafter
 
-    return isinstance(model, (JetSpecDrafter, JetSpecAssistant))
+    return isinstance(model, (JetSpecDrafter, JetSpecAssistant, DrafterFreeAssistant))
+
+
+def _is_drafter_free(model) -> bool:
+    from ..assistant import DrafterFreeAssistant
+
+    return isinstance(model, DrafterFreeAssistant)
 
 
 def _wrap_get_candidate_generator(original):
@@ -55,9 +61,11 @@ def _wrap_get_candidate_generator(original):
     def _get_candidate_generator(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs, assistant_model=None, *args, **kwargs):
         if _is_drafter(assistant_model):
             from .candidate_generator import JetSpecCandidateGenerator
+            from .drafter_free import DrafterFreeCandidateGenerator
 
             processors = logits_processor.processors if isinstance(logits_processor, _DeferredProcessors) else logits_processor
-            generator = JetSpecCandidateGenerator(self, assistant_model, generation_config, processors)
+            kind = DrafterFreeCandidateGenerator if _is_drafter_free(assistant_model) else JetSpecCandidateGenerator
+            generator = kind(self, assistant_model, generation_config, processors)
             calls = _running_calls()
             if calls:  # handed to the running _assisted_decoding, which closes it and publishes its statistics
                 calls[-1].append(generator)
@@ -74,19 +82,23 @@ def _wrap_validate_generation_mode(original):
         if _is_drafter(drafter):
             from ..assistant import assistant_for
 
-            assistant_for(drafter).drafter.check_target(self)
+            if _is_drafter_free(drafter):
+                drafter.check_target(self)
+            else:
+                assistant_for(drafter).drafter.check_target(self)
+            kind = type(drafter).__name__
             if generation_mode != GenerationMode.ASSISTED_GENERATION:
                 raise ValueError(
-                    "a JetSpecDrafter speeds up greedy decoding and sampling with num_beams=1; "
+                    f"a {kind} speeds up greedy decoding and sampling with num_beams=1; "
                     f"these generation settings select {generation_mode}, which speculative decoding does not support"
                 )
             if generation_mode_kwargs.get("assistant_tokenizer") is not None:
-                raise ValueError("a JetSpecDrafter uses the target's own tokenizer: do not pass assistant_tokenizer")
+                raise ValueError(f"a {kind} uses the target's own tokenizer: do not pass assistant_tokenizer")
             if getattr(generation_config, "assistant_ensemble_weight", None) is not None:
                 raise ValueError("assistant_ensemble_weight relaxes verification away from the target's distribution; "
-                                 "a JetSpecDrafter keeps the output exact and does not support it")
+                                 f"a {kind} keeps the output exact and does not support it")
             if generation_config.speculation_type not in (None, "dflash"):
-                raise ValueError(f"speculation_type={generation_config.speculation_type!r} is not used with a JetSpecDrafter")
+                raise ValueError(f"speculation_type={generation_config.speculation_type!r} is not used with a {kind}")
         return original(self, generation_mode, generation_config, generation_mode_kwargs)
 
     return _validate_generation_mode
@@ -109,10 +121,11 @@ def _jetspec_decoding(original, self, input_ids, *args, **kwargs):
     """``_assisted_decoding`` with a JetSpec drafter: tree rounds in our own loop, chain rounds in
     transformers' (the generator's statistics handed to the drafter), cut at the first stop."""
     drafter = kwargs.get("assistant_model")
-    reason = drafter.drafting_config.tree_fallback_reason
+    reason = None if _is_drafter_free(drafter) else drafter.drafting_config.tree_fallback_reason
     if reason is not None:
         logger.warning_once(f"hf_jetspec: tree={drafter.drafting_config.tree!r} falls back to chain rounds: {reason}")
-    if drafter.drafting_config.tree_rounds_for(kwargs.get("generation_config"), input_ids.shape[1]) and not args:
+    if (not _is_drafter_free(drafter) and drafter.drafting_config.tree_rounds_for(kwargs.get("generation_config"), input_ids.shape[1])
+            and not args):
         from .tree_decoding import tree_decoding  # tree rounds: our own verification loop
 
         names = ("logits_processor", "stopping_criteria", "generation_config", "synced_gpus", "streamer", "inputs_tensor",

@@ -29,7 +29,6 @@ from .sampled_drafting import Proposal, make_proposal, row_pure
 from .stats import GenerationStats
 from ..policy import (
     CostModel,
-    DraftGate,
     NgramIndex,
     choose_tree_size,
     choose_verify_length,
@@ -246,7 +245,7 @@ class TreeRoundPolicy:
         self.assistant = assistant
         sizes, seconds = cost_profile_for(target, options.budget)
         self.cost = CostModel(sizes, seconds)
-        self.gate = DraftGate()
+        self.gate = assistant.output_memory.draft_gate("tree")
         self.index = NgramIndex(max_ngram=options.max_ngram)
         self.memory = assistant.output_memory if options.output_memory else None
         self.acceptance = assistant.acceptance_model_for(sampling)
@@ -272,7 +271,7 @@ class TreeRoundPolicy:
             free = choose_verify_length(probs, costs)
         self._proposal, self._ngram_nodes, self._scored = proposal, [], []
         self.from_chain: list[bool] = []  # per node of the planned tree: taken for the n-gram chain
-        if max_depth > 0 and self.gate.should_draft(free.rate):
+        if max_depth > 0 and self.gate.should_draft():
             if before_draft is not None:
                 before_draft()
             t0 = time.perf_counter()
@@ -292,7 +291,7 @@ class TreeRoundPolicy:
             drafted = self.calibration("drafter", ranked.scores)
             expected = [s if ngram else d for s, d, ngram in zip(ranked.scores, drafted, ranked.from_chain)]
             choice = choose_tree_size(expected, costs)
-            value = choose_tree_size(expected, costs, draft_cost=self.cost.draft_cost(passes)).rate
+            value = choose_tree_size(expected, costs, draft_cost=self.cost.draft_cost(passes), min_length=1).rate
             self.gate.observe(value, free.rate)
             if chain:
                 self._ngram_nodes = [i for i in ranked.chain_nodes[0] if i < choice.length]

@@ -4,7 +4,7 @@ from .acceptance import ACCEPTANCE_CALIBRATION_NAME, AcceptanceModel, Acceptance
 from .cost_model import CostModel, cost_profile_for, interpolate_monotone, profile_forward_cost
 from .ngram import NgramIndex, NgramProposal, OutputMemory, propose_ngram
 from .round_policy import Candidate, DraftGate, RoundChoice, best_candidate
-from .score_calibration import ScoreCalibration, score_bin
+from .score_calibration import ScoreCalibration, chain_conditionals, position_bucket, score_bin
 from .verify_length import VerifyChoice, choose_tree_size, choose_verify_length, expected_committed, expected_committed_tree
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "OutputMemory",
     "RoundChoice",
     "ScoreCalibration",
+    "chain_conditionals",
     "VerifyChoice",
     "acceptance_features",
     "best_candidate",
@@ -32,5 +33,6 @@ __all__ = [
     "node_features",
     "profile_forward_cost",
     "propose_ngram",
+    "position_bucket",
     "score_bin",
 ]

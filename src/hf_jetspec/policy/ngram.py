@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .round_policy import DraftGate
 from .score_calibration import ScoreCalibration
 
 
@@ -65,7 +66,8 @@ class NgramIndex:
 
 
 class OutputMemory:
-    """Earlier sequences of this process and the running acceptance of n-gram proposals.
+    """Earlier sequences of this process and what this process's rounds have observed: the running
+    acceptance of n-gram proposals and of drafted paths, and the draft gates.
 
     ``memory_ngram`` is the n-gram length that keys earlier sequences (longer than within a
     sequence, since a match across tasks must be specific to be worth verifying).
@@ -81,7 +83,8 @@ class OutputMemory:
         self._next_id = 0
         self._next: dict[tuple[int, ...], tuple[int, int]] = {}  # n-gram -> (id, position after it), newest sequence wins
         self._counts: dict[tuple[str, int, int], list[float]] = {}
-        self.node_calibration = ScoreCalibration()  # tree rounds: observed acceptance of node scores
+        self.node_calibration = ScoreCalibration()  # observed acceptance of drafted paths: tree nodes and chain blocks
+        self._gates: dict[str, DraftGate] = {}  # the draft gate of each round kind, carried from call to call
 
     @property
     def sequences(self) -> list[list[int]]:
@@ -93,6 +96,13 @@ class OutputMemory:
         self._next.clear()
         self._counts.clear()
         self.node_calibration.clear()
+        self._gates.clear()
+
+    def draft_gate(self, kind: str) -> DraftGate:
+        """The :class:`DraftGate` of ``kind`` rounds (``"chain"``, ``"tree"``), kept across calls: a
+        drafter found not to pay stays behind its probes in the next call rather than being tried
+        afresh at every prompt."""
+        return self._gates.setdefault(kind, DraftGate())
 
     # ------------------------------------------------------------------ earlier outputs
     def _ngrams(self, seq: list[int]):

@@ -10,6 +10,7 @@ candidate of this round, with probes at growing intervals so a closed gate can o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -51,21 +52,31 @@ class DraftGate:
 
     ``observe(value, free_rate)`` records a drafted round: ``value`` is the expected committed tokens
     per second of the drafter's best choice with the drafting cost included, ``free_rate`` the best
-    rate available without drafting. ``should_draft(free_rate)`` opens when the running value beats
-    this round's free rate, or when a probe is due: after ``probe`` rounds without drafting, where
-    ``probe`` doubles (up to ``max_probe``) after each probe that did not pay and resets when one did.
+    rate available without drafting. The gate keeps a running average of their ratio (``advantage``:
+    dimensionless, so a cost model that is still settling moves both sides alike) and
+    ``should_draft()`` opens when that average is above 1, or when a probe is due: after ``probe``
+    rounds without drafting, where ``probe`` doubles (up to ``max_probe``) after each probe that did not pay and resets when one did.
+    :meth:`limit_probe_cost` raises ``max_probe`` where a drafter pass is dear against a plain step, so
+    that probing a drafter that does not pay costs at most a set share of the time.
     """
 
-    def __init__(self, ema: float = 0.3, min_probe: int = 2, max_probe: int = 32):
+    def __init__(self, ema: float = 0.5, min_probe: int = 2, max_probe: int = 32):
         self.ema = ema
         self.min_probe = min_probe
         self.max_probe = max_probe
-        self.value: float | None = None
+        self.advantage: float | None = None  # running average of value / free_rate over drafted rounds
         self.probe = min_probe
         self.since_draft = 0
 
-    def should_draft(self, free_rate: float) -> bool:
-        if self.value is None or self.value > free_rate:
+    def limit_probe_cost(self, draft_s: float, step_s: float, share: float = 0.02, floor: int = 32) -> None:
+        """Probe at most every ``max_probe`` rounds, with ``max_probe`` the smallest interval at which a
+        drafter pass (``draft_s``) costs at most ``share`` of the plain steps between probes
+        (``step_s`` each), and never below ``floor``."""
+        if step_s > 0 and share > 0:
+            self.max_probe = max(floor, math.ceil(draft_s / (share * step_s)))
+
+    def should_draft(self) -> bool:
+        if self.advantage is None or self.advantage > 1.0:
             return True
         return self.since_draft + 1 >= self.probe
 
@@ -73,8 +84,9 @@ class DraftGate:
         self.since_draft += 1
 
     def observe(self, value: float, free_rate: float) -> None:
-        probing = self.value is not None and self.value <= free_rate
-        self.value = value if self.value is None else (1 - self.ema) * self.value + self.ema * value
+        probing = self.advantage is not None and self.advantage <= 1.0
+        ratio = value / free_rate if free_rate > 0 else float("inf")
+        self.advantage = ratio if self.advantage is None else (1 - self.ema) * self.advantage + self.ema * ratio
         if value > free_rate:
             self.probe = self.min_probe
         elif probing:

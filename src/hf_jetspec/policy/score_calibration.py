@@ -12,6 +12,15 @@ keeps a reliability table: scores are binned, and a bin's estimate is
 the observed acceptance rate of the bin, shrunk towards the raw score with ``w`` pseudo-counts.
 The ranking (and so the tree) stays the raw scores'; only the expected committed tokens that
 choose the node count and price the drafter's pass use the calibrated values.
+
+Chain rounds use the same tables under sources of their own, one per block position bucket, and
+calibrate the *conditional* estimates: position ``j``'s acceptance given that positions ``1..j-1``
+were accepted, observed only in rounds where they were (:meth:`ScoreCalibration.observe_chain`).
+A position that verification has not reached yet takes as its prior the raw estimate scaled by the
+correction found at the position before it (:func:`chain_conditionals`): a drafter whose first
+positions are never accepted has its later, never-observed positions pulled down with them, so its
+expected committed tokens fall towards zero within a few rounds, whatever its offline calibration
+(or the lack of one) says, and the policy stops verifying it.
 """
 
 from __future__ import annotations
@@ -25,6 +34,32 @@ SCORE_EDGES = (0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # upper
 def score_bin(score: float) -> int:
     """Bin of a score in ``[0, 1]``: ``0`` for scores up to 0.02, ``len(SCORE_EDGES)`` above 0.9."""
     return bisect.bisect_left(SCORE_EDGES, float(score))
+
+
+POSITION_EDGES = (1, 2, 3, 4, 6, 8, 12)  # upper edges of the block-position buckets of chain calibration
+
+
+def position_bucket(position: int) -> int:
+    """Bucket of a 1-based block position: 0-6 for positions 1, 2, 3, 4, 5-6, 7-8, 9-12; 7 beyond."""
+    return bisect.bisect_left(POSITION_EDGES, int(position))
+
+
+def chain_conditionals(raw: Sequence[float], counts: Sequence[tuple[float, float]], prior_weight: float) -> list[float]:
+    """Calibrated conditional estimates of a drafted block's positions 1, 2, ...
+
+    ``raw[j]``: the drafter's conditional estimate of position ``j + 1``; ``counts[j]``: (accepted,
+    verified) conditional observations of its (position bucket, score bin). Position ``j``'s estimate
+    is ``(accepted + w * prior) / (verified + w)``, clipped to ``[0, 1]``, with ``prior`` the raw
+    estimate times the previous position's correction (calibrated over raw; 1 at position 1).
+    """
+    w = float(prior_weight)
+    out, correction = [], 1.0
+    for r, (acc, n) in zip(raw, counts):
+        r = min(max(float(r), 0.0), 1.0)
+        c = min(max((acc + w * r * correction) / (n + w), 0.0), 1.0)
+        out.append(c)
+        correction = c / r if r > 0 else correction
+    return out
 
 
 class ScoreCalibration:
@@ -47,6 +82,18 @@ class ScoreCalibration:
             acc, n = self._counts.get((source, score_bin(s)), (0.0, 0.0))
             out.append((acc + w * float(s)) / (n + w))
         return out
+
+    def chain(self, source: str, raw: Sequence[float]) -> list[float]:
+        """Calibrated conditional estimates of a chain block (:func:`chain_conditionals`)."""
+        keys = [(f"{source}@{position_bucket(j)}", score_bin(r)) for j, r in enumerate(raw, start=1)]
+        return chain_conditionals(raw, [tuple(self._counts.get(k, (0.0, 0.0))) for k in keys], self.prior_weight)
+
+    def observe_chain(self, source: str, raw: Sequence[float], accepted: int) -> None:
+        """A verified chain block with raw conditionals ``raw`` (the verified positions only), of which
+        the first ``accepted`` were accepted: positions ``1..accepted`` are observed accepted and the
+        next one, if verified, rejected; the positions after it were not reached and say nothing."""
+        for j, r in enumerate(raw[: accepted + 1], start=1):
+            self.observe(f"{source}@{position_bucket(j)}", [r], [j <= accepted])
 
     def observe(self, source: str, scores: Sequence[float], accepted: Sequence[bool]) -> None:
         """Verified nodes of ``source`` with these scores; ``accepted[i]``: node ``i``'s path was accepted."""

@@ -44,14 +44,15 @@ class VerifyChoice:
         return self.expected_tokens / self.cost_s
 
 
-def choose_verify_length(accept_probs: Sequence[float], verify_costs: Sequence[float], draft_cost: float = 0.0) -> VerifyChoice:
-    """The ``L`` in ``0 .. min(len(accept_probs), len(verify_costs) - 1)`` maximising ``E(L) / c(L)``.
+def choose_verify_length(accept_probs: Sequence[float], verify_costs: Sequence[float], draft_cost: float = 0.0,
+                         min_length: int = 0) -> VerifyChoice:
+    """The ``L`` in ``min_length .. min(len(accept_probs), len(verify_costs) - 1)`` maximising ``E(L) / c(L)``.
 
     ``verify_costs[L]`` is the time of a verification forward of ``L + 1`` tokens (so
     ``verify_costs[0]`` is a plain step); ``draft_cost`` is added to every ``L > 0``. Ties go to
-    the shorter ``L``.
+    the shorter ``L``. ``min_length=1`` prices the drafted options alone (what a draft gate weighs).
     """
-    return best_rate(expected_committed(accept_probs), verify_costs, draft_cost)
+    return best_rate(expected_committed(accept_probs), verify_costs, draft_cost, min_length)
 
 
 def expected_committed_tree(path_probs: Sequence[float]) -> list[float]:
@@ -64,18 +65,23 @@ def expected_committed_tree(path_probs: Sequence[float]) -> list[float]:
     return out
 
 
-def choose_tree_size(path_probs: Sequence[float], verify_costs: Sequence[float], draft_cost: float = 0.0) -> VerifyChoice:
-    """The node count ``n`` (a prefix of a best-first tree) with the most expected committed tokens
-    per second; ``verify_costs[n]`` prices a forward of ``n + 1`` tokens, as for chains."""
-    return best_rate(expected_committed_tree(path_probs), verify_costs, draft_cost)
+def choose_tree_size(path_probs: Sequence[float], verify_costs: Sequence[float], draft_cost: float = 0.0,
+                     min_length: int = 0) -> VerifyChoice:
+    """The node count ``n >= min_length`` (a prefix of a best-first tree) with the most expected
+    committed tokens per second; ``verify_costs[n]`` prices a forward of ``n + 1`` tokens, as for chains."""
+    return best_rate(expected_committed_tree(path_probs), verify_costs, draft_cost, min_length)
 
 
-def best_rate(expected: Sequence[float], verify_costs: Sequence[float], draft_cost: float = 0.0) -> VerifyChoice:
-    """The ``L`` maximising ``expected[L] / (verify_costs[L] + draft_cost [L > 0])``; ties to the shorter."""
+def best_rate(expected: Sequence[float], verify_costs: Sequence[float], draft_cost: float = 0.0, min_length: int = 0) -> VerifyChoice:
+    """The ``L >= min_length`` maximising ``expected[L] / (verify_costs[L] + draft_cost [L > 0])``;
+    ties to the shorter. Where no ``L >= min_length`` exists, ``L = 0``."""
     if not verify_costs:
         raise ValueError("verify_costs needs at least the cost of a plain step (L = 0)")
     best = VerifyChoice(0, 1.0, float(verify_costs[0]))
-    for length in range(1, min(len(expected), len(verify_costs))):
+    top = min(len(expected), len(verify_costs))
+    if 0 < min_length < top:
+        best = VerifyChoice(min_length, expected[min_length], float(verify_costs[min_length]) + draft_cost)
+    for length in range(max(1, min_length), top):
         choice = VerifyChoice(length, expected[length], float(verify_costs[length]) + draft_cost)
         if choice.rate > best.rate * (1 + 1e-9):
             best = choice

@@ -7,6 +7,8 @@ warm-up. Metrics are computed with the package's ``evaluate`` modules.
 Methods:
     ar              the target's own ``generate`` (greedy or sampled)
     prompt-lookup   transformers' prompt lookup decoding (``prompt_lookup_num_tokens``)
+    drafter-free    ``generate(assistant_model=DrafterFreeAssistant)``: n-gram and output-memory proposals
+                    under the round policy, no drafter weights (its own output memory; ``--budget`` applies)
     jetspec         ``generate(assistant_model=JetSpecDrafter)`` (round policy per ``--policy``, on by default)
     jetspec-fixed   the same drafter, policy off: a full ``budget``-token block every round
     jetspec-length  policy with verify-length selection only (no n-gram proposals or seeding)
@@ -67,7 +69,7 @@ JETSPEC_VARIANTS = {
     "jetspec-compiled": {"compile": True},  # drafting through the compiled static-shape step
     "jetspec-int8": {"compile": True, "int8": True},  # the compiled step with int8 products
 }
-METHODS = ("ar", "prompt-lookup", *JETSPEC_VARIANTS, "assisted", "hf-dflash")
+METHODS = ("ar", "prompt-lookup", "drafter-free", *JETSPEC_VARIANTS, "assisted", "hf-dflash")
 DEFAULT_ASSISTANTS = {"qwen2.5-coder-1.5b": "qwen2.5-coder-0.5b"}
 
 
@@ -267,6 +269,7 @@ class BenchSetup:
     assistant: object = None
     dflash_assistant: object = None  # hf-dflash: the drafter's weights as a MuseGlimmerAssistantModel
     baseline: object = None  # jetspec-baseline: the other drafter
+    drafter_free: object = None  # drafter-free: the DrafterFreeAssistant
     memories: dict = field(default_factory=dict)
 
 
@@ -333,6 +336,13 @@ def load_bench(config: BenchConfig) -> BenchSetup:
         extra["assisted"] = {"assistant": name, "assistant_params_mb": _param_mb(assistant)}
     if "prompt-lookup" in config.methods:
         extra["prompt-lookup"] = {"prompt_lookup_num_tokens": config.prompt_lookup_tokens}
+    drafter_free = None
+    if "drafter-free" in config.methods:
+        from ..assistant import DrafterFreeAssistant, DrafterFreeConfig
+
+        free_config = DrafterFreeConfig() if config.budget is None else DrafterFreeConfig(budget=config.budget)
+        drafter_free = DrafterFreeAssistant.for_target(target, free_config)
+        extra["drafter-free"] = {"drafting_config": asdict(free_config)}
     if "hf-dflash" in config.methods:
         from ..drafter.dflash_format import muse_glimmer_assistant
 
@@ -347,7 +357,10 @@ def load_bench(config: BenchConfig) -> BenchSetup:
         gen_kwargs.update(temperature=config.temperature, top_k=0, top_p=config.top_p)
     else:
         gen_kwargs.update(temperature=None, top_k=None, top_p=None)
-    return BenchSetup(target, tokenizer, items, gen_kwargs, extra, drafter, assistant, dflash, baseline)
+    setup = BenchSetup(target, tokenizer, items, gen_kwargs, extra, drafter, assistant, dflash, baseline, drafter_free)
+    if drafter_free is not None:
+        setup.memories["drafter-free"] = drafter_free.output_memory  # cleared after the warm-up like the others
+    return setup
 
 
 def _drafter_of(setup: BenchSetup, name: str):
@@ -367,6 +380,8 @@ def _use_method(setup: BenchSetup, config: BenchConfig, name: str) -> dict:
         drafter.drafting_config = DraftingConfig(**setup.extra[name]["drafting_config"])
         assistant_for(drafter).output_memory = setup.memories.setdefault(name, OutputMemory())  # no variant learns from another's outputs
         return {"assistant_model": drafter}
+    if name == "drafter-free":
+        return {"assistant_model": setup.drafter_free}
     if name == "assisted":
         return {"assistant_model": setup.assistant}
     if name == "hf-dflash":
@@ -431,6 +446,8 @@ def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True) -
             rec.peak_memory_mb = max(rec.peak_memory_mb, peak)
             if name in JETSPEC_VARIANTS:
                 _add_generation_stats(rec, _drafter_of(setup, name).generation_stats)
+            elif name == "drafter-free":
+                _add_generation_stats(rec, setup.drafter_free.generation_stats)
             elif name != "ar":
                 # transformers' DFlash loop spends its first step on the prefill alone (no draft): count
                 # drafting rounds only, as the JetSpec statistics do
