@@ -9,6 +9,7 @@ from hf_jetspec.data import MissingDatasetError, iter_sharegpt, load_eval_prompt
 
 @pytest.mark.parametrize("name,count,turns", [
     ("gsm8k", 1319, 1), ("humaneval", 164, 1), ("mt-bench", 80, 2), ("mt-bench-code-reasoning", 20, 2), ("aime25", 30, 1),
+    ("continuation", 243, 1),
 ])
 def test_eval_sets(name, count, turns):
     prompts = load_eval_prompts(name)
@@ -24,6 +25,32 @@ def test_mt_bench_code_reasoning_is_the_coding_and_reasoning_questions():
     subset = load_eval_prompts("mt-bench-code-reasoning")
     assert sorted(p.meta["category"] for p in subset) == ["coding"] * 10 + ["reasoning"] * 10
     assert {p.id for p in subset} <= {p.id for p in load_eval_prompts("mt-bench")}
+
+
+def test_continuation_prompts_are_plain_text_openings():
+    import torch
+
+    from hf_jetspec.data import prompt_input_ids
+
+    prompts = load_eval_prompts("continuation")
+    assert all(p.meta["plain_text"] for p in prompts)
+    assert sum(p.id.startswith("continuation-doc-") for p in prompts) == 79  # one per Python reference section
+    doc = next(p for p in prompts if p.id == "continuation-doc-assert")
+    assert doc.turns[0].startswith('The "assert" statement') and doc.turns[0].endswith("\n\n") and len(doc.turns[0]) >= 400
+    code = next(p for p in prompts if p.id == "continuation-code-0")
+    assert code.turns[0].lstrip().startswith("from typing import List") and "Complete the following" not in code.turns[0]
+
+    class Tokenizer:  # has a chat template, which a continuation prompt must not use
+        chat_template = "{{ messages }}"
+
+        def __call__(self, text, return_tensors):
+            return {"input_ids": torch.tensor([[len(text)]])}
+
+        def apply_chat_template(self, *args, **kwargs):
+            raise AssertionError("a plain-text prompt went through the chat template")
+
+    messages = [{"role": "user", "content": doc.turns[0]}]
+    assert prompt_input_ids(Tokenizer(), doc, messages).tolist() == [[len(doc.turns[0])]]
 
 
 def test_humaneval_prompt_contains_the_signature():

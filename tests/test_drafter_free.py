@@ -6,7 +6,7 @@ from transformers import LlamaConfig, T5Config
 from transformers.generation.logits_process import TemperatureLogitsWarper
 
 from hf_jetspec import DrafterFreeAssistant, DrafterFreeConfig
-from tests.test_sampling_exactness import chi2_pvalue, empirical, exact_joint, small_target
+from test_sampling_exactness import chi2_pvalue, empirical, exact_joint, small_target
 
 REPEATING = torch.tensor([[5, 17, 33, 2, 90, 41, 7, 12, 5, 17, 33, 2, 90]])
 

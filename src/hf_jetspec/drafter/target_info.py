@@ -43,8 +43,22 @@ def target_decoder_layers(target) -> nn.ModuleList:
     return layers
 
 
+def check_servable(target) -> None:
+    """A clear error for a target a drafter cannot serve: drafters read a decoder-only target's hidden
+    states, and verification rolls its key/value cache back to the accepted prefix."""
+    name = type(target).__name__
+    if getattr(target.config, "is_encoder_decoder", False):
+        raise ValueError(f"a drafter cannot serve {name}: it is an encoder-decoder model; JetSpec drafts for decoder-only "
+                         "causal language models")
+    layers = getattr(target_backbone(target), "layers", None)
+    if layers is None or not len(layers) or not all(hasattr(layer, "self_attn") for layer in layers):
+        raise ValueError(f"a drafter cannot serve {name}: not every decoder layer is an attention layer (state-space and "
+                         "hybrid layers keep a recurrent state that verification cannot roll back to the accepted tokens)")
+
+
 def target_shape_fields(target) -> dict:
     """Config fields shared by every add-on of ``target``: its signature and its layers' shape."""
+    check_servable(target)
     cfg = target.config.get_text_config()
     heads, kv_heads, head_dim = attention_shape(target)
     first_layer = target_decoder_layers(target)[0]

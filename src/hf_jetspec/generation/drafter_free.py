@@ -17,7 +17,7 @@ import time
 import torch
 from transformers.generation.candidate_generator import CandidateGenerator
 
-from ..policy import Candidate, CostModel, NgramIndex, best_candidate, cost_profile_for, propose_ngram
+from ..policy import Candidate, CostModel, NgramIndex, best_candidate, propose_ngram
 from .sampled_drafting import point_mass_logits
 from .stats import GenerationStats
 
@@ -37,7 +37,9 @@ class DrafterFreeCandidateGenerator(CandidateGenerator):
         self.logits_processor = logits_processor
         self.defers_processing = False  # the seam's sampling verifier reads this: rows arrive processed
         self.point_mass_logits = None  # the latest point-mass logits (the verifier knows them by identity)
-        sizes, seconds = cost_profile_for(target, options.budget)
+        from .. import policy  # looked up at call time: one profile per target, device and dtype, kept by the policy package
+
+        sizes, seconds = policy.cost_profile_for(target, options.budget)
         self.cost = CostModel(sizes, seconds)
         self.index = NgramIndex(max_ngram=options.max_ngram)
         self.memory = assistant.output_memory if options.output_memory else None

@@ -124,8 +124,16 @@ def _jetspec_decoding(original, self, input_ids, *args, **kwargs):
     reason = None if _is_drafter_free(drafter) else drafter.drafting_config.tree_fallback_reason
     if reason is not None:
         logger.warning_once(f"hf_jetspec: tree={drafter.drafting_config.tree!r} falls back to chain rounds: {reason}")
-    if (not _is_drafter_free(drafter) and drafter.drafting_config.tree_rounds_for(kwargs.get("generation_config"), input_ids.shape[1])
-            and not args):
+    trees = (not _is_drafter_free(drafter) and drafter.drafting_config.tree_rounds_for(kwargs.get("generation_config"), input_ids.shape[1])
+             and not args)
+    if trees:
+        from .tree_decoding import tree_cache_reason
+
+        reason = tree_cache_reason(kwargs.get("cache"))
+        if reason is not None:
+            logger.warning_once(f"hf_jetspec: tree rounds need a dynamic full-attention cache; this target {reason}: chain rounds")
+            trees = False
+    if trees:
         from .tree_decoding import tree_decoding  # tree rounds: our own verification loop
 
         names = ("logits_processor", "stopping_criteria", "generation_config", "synced_gpus", "streamer", "inputs_tensor",

@@ -160,8 +160,6 @@ def keep_cache_rows(cache, start: int, rows: list[int]) -> None:
 
 
 def _check_supported(target, cache, generation_config, input_ids, model_kwargs) -> None:
-    from transformers.cache_utils import DynamicLayer
-
     if input_ids.shape[0] != 1:
         raise ValueError("tree verification runs one sequence at a time (batch size 1)")
     mask = model_kwargs.get("attention_mask")
@@ -173,10 +171,21 @@ def _check_supported(target, cache, generation_config, input_ids, model_kwargs) 
     ):
         raise ValueError("tree verification returns sequences only: output_scores / output_logits / output_attentions / "
                          "output_hidden_states are not supported with drafting_config.tree")
+    reason = tree_cache_reason(cache)
+    if reason is not None:
+        raise ValueError(f"tree verification needs a dynamic full-attention cache; {type(target).__name__} {reason}")
+
+
+def tree_cache_reason(cache) -> str | None:
+    """Why tree rounds cannot run on ``cache`` (None: they can). They keep the accepted path's rows of
+    a dynamic full-attention cache; a sliding-window layer drops rows by count, not by tree position,
+    so targets with one (Mistral's window, Gemma-3's local layers) run chain rounds instead."""
+    from transformers.cache_utils import DynamicLayer
+
     layers = getattr(cache, "layers", None)
     if layers is None or any(type(layer) is not DynamicLayer for layer in layers):
-        raise ValueError(f"tree verification needs a dynamic full-attention cache; {type(target).__name__} uses "
-                         f"{sorted({type(layer).__name__ for layer in layers or []})}")
+        return f"uses {sorted({type(layer).__name__ for layer in layers or []})}"
+    return None
 
 
 def _forward(target, ids, positions, mask, cache, hidden_layers):

@@ -75,7 +75,7 @@ class OutputMemory:
 
     POSITION_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16)
 
-    def __init__(self, memory_ngram: int = 3, max_sequences: int = 256, prior: tuple[float, float] = (1.0, 2.0)):
+    def __init__(self, memory_ngram: int = 3, max_sequences: int = 256, prior: tuple[float, float] = (1.0, 1.0)):
         self.memory_ngram = memory_ngram
         self.max_sequences = max_sequences
         self.prior = prior

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from ..data import chat_input_ids
+from ..data import prompt_input_ids
 from ..generation.stats import GenerationStats
 from ..assistant import assistant_for
 
@@ -243,7 +243,7 @@ def build_items(tokenizer, target, prompts, max_new_tokens: int) -> list[tuple[s
         messages = []
         for t, turn in enumerate(p.turns):
             messages.append({"role": "user", "content": turn})
-            ids = chat_input_ids(tokenizer, messages)
+            ids = prompt_input_ids(tokenizer, p, messages)
             if limit is not None and ids.shape[1] + max_new_tokens > limit:
                 raise ValueError(f"{p.id}: a {ids.shape[1]}-token prompt and {max_new_tokens} new tokens exceed the target's "
                                  f"{limit}-position context: lower --max-new-tokens")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -227,6 +228,19 @@ def cmd_export_vllm(args) -> int:
     return 0
 
 
+def cmd_train(args) -> int:
+    from .train import TrainCommandConfig, run_train_command
+
+    config = TrainCommandConfig(target=args.target, output=args.output, hours=args.hours, dtype=args.dtype, device=args.device,
+                                eval_prompts=args.eval_prompts, calibration_prompts=args.calibration_prompts)
+    record = run_train_command(config)
+    curve = record["curve"]
+    print(f"{record['regenerated_sequences']} regenerated answers, {record['train_steps']} training steps, drafter-alone tau "
+          f"{curve[-1]['tau'] if curve else None}, {record['wall_hours']} h in all; drafter and card in "
+          f"{os.path.join(args.output, 'drafter')}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-jetspec", description="Lossless speculative decoding for transformers.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -246,12 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--baseline-drafter", default=None,
                        help="a second drafter (folder or Hub id) for the jetspec-baseline method, measured in the same run")
     bench.add_argument("--prompts", default="gsm8k",
-                       help="gsm8k | humaneval | mt-bench | mt-bench-code-reasoning | aime25 | long-2k|4k|8k "
+                       help="gsm8k | humaneval | mt-bench | mt-bench-code-reasoning | aime25 | continuation (plain text, base models) | long-2k|4k|8k "
                             "(or long-chat-/long-code-2k|4k|8k) | FILE.jsonl")
     bench.add_argument("--limit", type=int, default=20)
     bench.add_argument("--offset", type=int, default=0, help="skip this many prompts of the fixed shuffle first")
     bench.add_argument("--max-new-tokens", type=int, default=256)
-    bench.add_argument("--methods", default="ar,prompt-lookup,jetspec", help="comma list of ar, prompt-lookup, jetspec, jetspec-chain, jetspec-fixed, jetspec-length, jetspec-ngram, jetspec-j0, jetspec-j1, jetspec-j2, jetspec-tree, jetspec-tree-branched, jetspec-tree-policy, jetspec-tree-branched-policy, jetspec-tree-policy-j0, jetspec-tree-policy-j1, jetspec-baseline, jetspec-compiled, jetspec-int8, assisted, hf-dflash")
+    bench.add_argument("--methods", default="ar,prompt-lookup,jetspec", help="comma list of ar, prompt-lookup, drafter-free, jetspec, jetspec-chain, jetspec-fixed, jetspec-length, jetspec-ngram, jetspec-j0, jetspec-j1, jetspec-j2, jetspec-tree, jetspec-tree-branched, jetspec-tree-policy, jetspec-tree-branched-policy, jetspec-tree-policy-j0, jetspec-tree-policy-j1, jetspec-baseline, jetspec-compiled, jetspec-int8, assisted, hf-dflash")
     bench.add_argument("--tree", default=None, choices=["off", "auto"],
                        help="tree verification for every jetspec method (default: the drafter's own drafting_config)")
     bench.add_argument("--tree-top-k", type=int, default=None,
@@ -275,6 +289,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--fp32-head", action="store_true", help="compute the target's final norm and LM head in fp32 (every method)")
     bench.add_argument("--output", default=None, help="OUT.json (a plot OUT.png is saved beside it)")
     bench.set_defaults(func=cmd_bench)
+
+    train = sub.add_parser("train", help="regenerate with a target, train its drafter, calibrate, write a Hub-ready folder (resumable)")
+    train.add_argument("--target", required=True, help="an embedded target name or anything from_pretrained accepts")
+    train.add_argument("--output", required=True, help="the run's folder; run the same command again to resume")
+    train.add_argument("--hours", type=float, default=1.0, help="wall-clock budget of regeneration, training and the learning curve")
+    train.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
+    train.add_argument("--device", default=None, help="cpu or cuda (default: the loader's choice)")
+    train.add_argument("--eval-prompts", type=int, default=6, help="held-out MT-Bench questions for the learning curve")
+    train.add_argument("--calibration-prompts", type=int, default=6, help="other held-out MT-Bench questions for the round policy")
+    train.set_defaults(func=cmd_train)
 
     cal = sub.add_parser("calibrate", help="fit the foresight selection rule on rounds recorded from held-out prompts")
     cal.add_argument("--target", default="smollm2-135m")
