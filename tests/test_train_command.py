@@ -13,7 +13,7 @@ from hf_jetspec.tools.train import SizeDefaults, TrainCommandConfig, defaults_fo
 
 def test_defaults_by_target_size():
     assert defaults_for(135e6, 49152) == SizeDefaults(2, 8192, 32, 8, 1.5e-3)
-    assert defaults_for(270e6, 262144).draft_vocab == 8192  # a 262K head: the draft vocabulary is cut
+    assert defaults_for(270e6, 262144) == SizeDefaults(2, 8192, 6, 8, 1.5e-3)  # a 262K head: draft vocabulary and batch cut
     assert defaults_for(1.5e9, 32000) == SizeDefaults(2, None, 16, 8, 1e-3)  # a 32K head is kept whole
     assert defaults_for(7e9, 128256).drafter_layers == 1
     with pytest.raises(ValueError, match="hours must be > 0"):

@@ -43,13 +43,18 @@ def defaults_for(num_params: int, vocab_size: int) -> SizeDefaults:
     forward is cheap); up to 2B two layers and smaller batches; beyond that one layer (a drafter
     layer of a large target is itself dear). A vocabulary above 32K drafts over its 8,192 most
     frequent answer tokens (the head dominates a small drafter's cost: Gemma-3's 262K-row head
-    is most of a 270M model)."""
+    is most of a 270M model), and regenerates in smaller batches."""
     draft_vocab = 8192 if vocab_size > 32_768 else None
     if num_params <= 300e6:
-        return SizeDefaults(2, draft_vocab, 32, 8, 1.5e-3)
-    if num_params <= 2e9:
-        return SizeDefaults(2, draft_vocab, 16, 8, 1e-3)
-    return SizeDefaults(1, draft_vocab, 8, 8, 5e-4)
+        layers, batch, lr = 2, 32, 1.5e-3
+    elif num_params <= 2e9:
+        layers, batch, lr = 2, 16, 1e-3
+    else:
+        layers, batch, lr = 1, 8, 5e-4
+    # a regeneration batch holds the prompts' logits over the whole vocabulary: past SmolLM2's 49K,
+    # the batch shrinks with the vocabulary so that those logits take the same memory (Gemma-3's 262K: 6)
+    batch = max(2, min(batch, batch * 49_152 // vocab_size))
+    return SizeDefaults(layers, draft_vocab, batch, 8, lr)
 
 
 @dataclass
