@@ -26,9 +26,20 @@ class CharTokenizer:
     """A chat template over characters: enough for the prompt selection logic."""
 
     pad_token_id = 0
+    chat_template = "<u>{content}<a>"
 
-    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=True):
-        return [ord(c) % 97 for c in "<u>" + messages[0]["content"] + "<a>"]
+    def apply_chat_template(self, messages, add_generation_prompt=True, return_tensors=None, return_dict=False):
+        return {"input_ids": torch.tensor([[ord(c) % 97 for c in "<u>" + messages[0]["content"] + "<a>"]])}
+
+
+class BaseModelTokenizer:
+    """A base model's tokenizer: no chat template, plain text."""
+
+    pad_token_id = 0
+    chat_template = None
+
+    def __call__(self, text, return_tensors=None):
+        return {"input_ids": torch.tensor([[ord(c) % 97 for c in text]])}
 
 
 def teacher_forced(target, tokens):
@@ -126,6 +137,8 @@ def test_prompt_selection_excludes_evaluation_overlap_repeats_and_long_prompts(m
     assert stats["code"]["prompts"] == 2
     assert sum(p.sampled for p in prompts) == 2  # 40% of 5, spread over the run
     assert len({p.sha256 for p in prompts}) == 5
+    plain, _ = regeneration_prompts(BaseModelTokenizer(), config, exclude={evaluation})  # a base model: the text alone
+    assert plain[0].input_ids == [ord(c) % 97 for c in "hello there"] and prompts[0].input_ids[:3] == [ord(c) % 97 for c in "<u>"]
     with pytest.raises(ValueError, match="unknown regeneration source"):
         RegenerationConfig(sources=("gsm8k-test",))
     with pytest.raises(ValueError, match="temperature"):

@@ -126,6 +126,7 @@ def regeneration_prompts(tokenizer, config: RegenerationConfig, exclude: set[str
     without overlap with ``exclude`` (evaluation lines; default :func:`evaluation_lines`), repeats
     or prompts over ``max_prompt_tokens``. Returns the prompts and per-source counts. The first
     ``round(sampled_share * i)`` changes at prompt ``i`` mark the prompts to sample, spread evenly."""
+    from ..data import chat_input_ids
     from .code_corpus import overlaps
 
     exclude = evaluation_lines() if exclude is None else exclude
@@ -147,8 +148,8 @@ def regeneration_prompts(tokenizer, config: RegenerationConfig, exclude: set[str
                 if overlaps([{"content": text}], exclude):
                     stats[source]["overlapping"] += 1
                     continue
-                ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
-                ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+                # the chat template with its generation prompt; a base model's tokenizer has none: the text itself
+                ids = chat_input_ids(tokenizer, [{"role": "user", "content": text}])[0].tolist()
                 if len(ids) > config.max_prompt_tokens:
                     stats[source]["too_long"] += 1
                     continue
