@@ -15,7 +15,7 @@ from ..drafter.jacobi import initial_block_inputs, jacobi_refine, sample_noise_t
 from .sampled_drafting import make_proposal, point_mass_logits, row_pure
 from .stats import GenerationStats
 
-CHAIN_SOURCE = "drafter-chain"  # chain rounds' drafted blocks in the running calibration of path scores
+CHAIN_SOURCE = "drafter-chain"  # chain rounds' drafted blocks in the running calibration (ScoreCalibration.chain)
 
 
 class JetSpecCandidateGenerator(CandidateGenerator):
