@@ -83,6 +83,27 @@ def test_bench_baseline_drafter_runs_beside_jetspec(tmp_path):
 
 
 @pytest.mark.slow
+def test_bench_online_method_learns_on_its_own_drafter_in_stream_order(tmp_path):
+    """``jetspec-online`` learns after every item on its own drafter copy: the frozen ``jetspec`` drafter
+    keeps its weights, outputs stay the target's, tau is reported per item and over the second half."""
+    from hf_jetspec.tools.bench import BenchConfig, run_bench
+
+    out = tmp_path / "online.json"
+    cfg = BenchConfig(prompts="gsm8k", limit=2, max_new_tokens=24, methods=("ar", "jetspec", "jetspec-online"), warmup_tokens=4,
+                      dtype="float32", policy=False, learn_steps=2, output=str(out))
+    result = run_bench(cfg, progress=False)
+    m = result["methods"]
+    online, frozen = m["jetspec-online"], m["jetspec"]
+    assert online["exact_match_vs_ar"] == frozen["exact_match_vs_ar"] == 1.0
+    assert len(online["tau_per_item"]) == len(frozen["tau_per_item"]) == 2 and online["tau_last_half"] == pytest.approx(online["tau_per_item"][1], abs=1e-4)
+    learner = online["learner"]
+    assert learner["steps"] == 4 and learner["kept_calls"] == 2 and learner["weight_swaps"] == 2  # no learning from the warm-up
+    assert len(online["learn_seconds_per_item"]) == 2 and 0 < online["learn_share_of_wall"] < 1
+    assert online["online_learning"]["steps_per_call"] == 2 and "learner" not in frozen
+    assert (tmp_path / "online_tau.png").is_file()
+
+
+@pytest.mark.slow
 def test_bench_int8_variant_compiles_in_warmup_and_stays_exact():
     """``jetspec-int8`` drafts through the compiled step in int8; its graphs compile in the warm-up, not
     in the timed runs, and its output is the target's."""

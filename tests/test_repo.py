@@ -36,7 +36,7 @@ def test_public_api_is_pinned():
     import hf_jetspec
 
     assert sorted(hf_jetspec.__all__) == ["DrafterFreeAssistant", "DrafterFreeConfig", "DraftingConfig", "GenerationStats", "JetSpecAssistant", "JetSpecDrafter", "JetSpecDrafterConfig",
-                                          "default_target_layer_ids", "load_target", "seam"]
+                                          "OnlineLearner", "OnlineLearningConfig", "ReplayBuffer", "default_target_layer_ids", "load_target", "seam"]
     assert all(getattr(hf_jetspec, name) is not None for name in hf_jetspec.__all__)
 
 

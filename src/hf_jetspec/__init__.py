@@ -9,6 +9,8 @@ from .drafter.drafting_config import DraftingConfig
 from .drafter.modeling_drafter import JetSpecDrafter
 from .generation.stats import GenerationStats
 from .tools.targets import load_target
+from .training.online import OnlineLearner, OnlineLearningConfig
+from .training.replay_buffer import ReplayBuffer
 
 __version__ = "0.1.0"
 
@@ -24,6 +26,9 @@ __all__ = [
     "JetSpecAssistant",
     "JetSpecDrafter",
     "JetSpecDrafterConfig",
+    "OnlineLearner",
+    "OnlineLearningConfig",
+    "ReplayBuffer",
     "default_target_layer_ids",
     "load_target",
     "seam",

@@ -52,6 +52,30 @@ class JetSpecAssistant:
         self.sampled_acceptance_model = sampled_acceptance_model
         self.output_memory = output_memory if output_memory is not None else OutputMemory()
         self.foresight = None  # (adapter, calibration) from attach_foresight
+        self.online_learner = None  # an OnlineLearner from learn_online
+
+    # ------------------------------------------------------------------ online learning
+    def learn_online(self, config=None, target=None, buffer=None):
+        """Keep training the drafter, between ``generate`` calls, on what those calls verified
+        (:mod:`hf_jetspec.training.online`); returns the :class:`~hf_jetspec.OnlineLearner`.
+
+        ``config``: an :class:`~hf_jetspec.OnlineLearningConfig` (default budget: 4 steps per call);
+        ``target``: the model served (default: the first call's); ``buffer``: a
+        :class:`~hf_jetspec.ReplayBuffer` to start from (e.g. ``ReplayBuffer.load`` of a saved one).
+        ``stop_learning()`` detaches it; the weights learned so far stay."""
+        from ..training.online import OnlineLearner
+
+        if self.online_learner is not None:
+            raise RuntimeError("this assistant already learns online: call stop_learning() first to replace its learner")
+        self.online_learner = OnlineLearner(self, config, target=target, buffer=buffer)
+        return self.online_learner
+
+    def stop_learning(self):
+        """Detach the online learner (its last learned weights are applied first); returns it."""
+        learner, self.online_learner = self.online_learner, None
+        if learner is not None:
+            learner.apply_now()
+        return learner
 
     # ------------------------------------------------------------------ composition
     @classmethod

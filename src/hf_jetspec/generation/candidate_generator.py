@@ -78,6 +78,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self._stream = None
         self._ctx_len = 0
         self._pending_ctx: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.recorder = None  # set by the seam when an online learner records this call
         self.policy = options.uses_policy
         if options.needs_foresight_models:
             self._init_foresight(target)
@@ -217,6 +218,8 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         # wait for the foresight worker before touching any cache it reads
         pending = self._collect() if self.engine is not None else None
         states = self._new_context_states(model_outputs, new_rows)
+        if self.recorder is not None:  # an online learner keeps the verified states
+            self.recorder.add(states)
         positions = torch.arange(self._ctx_len, cur_len - 1)
         self._ctx_len = cur_len - 1
         if self.policy:  # the drafter cache is filled only when the drafter runs

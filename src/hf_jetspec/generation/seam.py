@@ -69,6 +69,7 @@ def _wrap_get_candidate_generator(original):
             calls = _running_calls()
             if calls:  # handed to the running _assisted_decoding, which closes it and publishes its statistics
                 calls[-1].append(generator)
+                generator.recorder = calls[-1].recorder  # an online learner's, or None
             return generator
         return original(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs, assistant_model, *args, **kwargs)
 
@@ -117,9 +118,39 @@ def _wrap_assisted_decoding(original):
     return _assisted_decoding
 
 
+class _Call(list):
+    """One running JetSpec ``_assisted_decoding``: its generators, and the recorder of an online learner."""
+
+    recorder = None
+
+
 def _jetspec_decoding(original, self, input_ids, *args, **kwargs):
     """``_assisted_decoding`` with a JetSpec drafter: tree rounds in our own loop, chain rounds in
-    transformers' (the generator's statistics handed to the drafter), cut at the first stop."""
+    transformers' (the generator's statistics handed to the drafter), cut at the first stop. With an
+    online learner on the assistant, the call is counted in flight (no weight swap inside it), its
+    verified states are recorded, and the learner takes them when it ends."""
+    import time
+
+    drafter = kwargs.get("assistant_model")
+    learner = None
+    if not _is_drafter_free(drafter):
+        from ..assistant import assistant_for
+
+        learner = assistant_for(drafter).online_learner
+    if learner is None:
+        return _decode(original, self, input_ids, None, *args, **kwargs)
+    recorder = learner.begin_call(self)
+    t0 = time.perf_counter()
+    result = None
+    try:
+        result = _decode(original, self, input_ids, recorder, *args, **kwargs)
+    finally:
+        sequences = None if result is None else (result if isinstance(result, torch.Tensor) else result.sequences)
+        learner.end_call(sequences, recorder, input_ids.shape[1], time.perf_counter() - t0)
+    return result
+
+
+def _decode(original, self, input_ids, recorder, *args, **kwargs):
     drafter = kwargs.get("assistant_model")
     reason = None if _is_drafter_free(drafter) else drafter.drafting_config.tree_fallback_reason
     if reason is not None:
@@ -140,8 +171,9 @@ def _jetspec_decoding(original, self, input_ids, *args, **kwargs):
                  "assistant_model", "assistant_tokenizer", "tokenizer")
         given = {name: kwargs.pop(name, None) for name in names}
         return tree_decoding(self, input_ids, given["logits_processor"], given["stopping_criteria"], given["generation_config"],
-                             given["streamer"], drafter, kwargs)
-    generators: list = []
+                             given["streamer"], drafter, kwargs, recorder=recorder)
+    generators = _Call()
+    generators.recorder = recorder
     config = kwargs.get("generation_config")
     if config is not None and config.do_sample and kwargs.get("logits_processor") is not None:
         kwargs["logits_processor"] = _DeferredProcessors(kwargs["logits_processor"], generators)

@@ -332,8 +332,11 @@ class TreeRoundPolicy:
 
 
 @torch.no_grad()
-def tree_decoding(target, input_ids, logits_processor, stopping_criteria, generation_config, streamer, assistant, model_kwargs):
-    """Generate with tree rounds; returns the sequences (or a ``GenerateDecoderOnlyOutput`` with them)."""
+def tree_decoding(target, input_ids, logits_processor, stopping_criteria, generation_config, streamer, assistant, model_kwargs,
+                  recorder=None):
+    """Generate with tree rounds; returns the sequences (or a ``GenerateDecoderOnlyOutput`` with them).
+    ``recorder``: an online learner's :class:`~hf_jetspec.training.online.CallRecorder`, given the
+    states of every verified position."""
     from transformers.generation.utils import GenerateDecoderOnlyOutput
 
     cache = model_kwargs.get("cache")
@@ -365,6 +368,8 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
         return [out.hidden_states[i][:, rows] for i in hidden_layers]
 
     def keep(states, positions):
+        if recorder is not None:
+            recorder.add(states)
         pending.append((states, positions))
         trim_pending(pending, window)
 

@@ -98,6 +98,13 @@ class OutputMemory:
         self.node_calibration.clear()
         self._gates.clear()
 
+    def drafter_changed(self, keep: float = 0.25) -> None:
+        """The drafter's weights changed (online learning): its drafted paths' calibration keeps
+        ``keep`` of its counts and the draft gates judge the drafter afresh at the next round."""
+        self.node_calibration.forget("drafter", keep)
+        for gate in self._gates.values():
+            gate.reset()
+
     def draft_gate(self, kind: str) -> DraftGate:
         """The :class:`DraftGate` of ``kind`` rounds (``"chain"``, ``"tree"``), kept across calls: a
         drafter found not to pay stays behind its probes in the next call rather than being tried

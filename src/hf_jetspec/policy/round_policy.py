@@ -75,6 +75,12 @@ class DraftGate:
         if step_s > 0 and share > 0:
             self.max_probe = max(floor, math.ceil(draft_s / (share * step_s)))
 
+    def reset(self) -> None:
+        """Forget the running advantage (the drafter changed): the next round drafts and judges it afresh."""
+        self.advantage = None
+        self.probe = self.min_probe
+        self.since_draft = 0
+
     def should_draft(self) -> bool:
         if self.advantage is None or self.advantage > 1.0:
             return True

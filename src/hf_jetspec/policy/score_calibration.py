@@ -74,6 +74,17 @@ class ScoreCalibration:
     def clear(self) -> None:
         self._counts.clear()
 
+    def forget(self, prefix: str, keep: float) -> None:
+        """Scale the counts of every source starting with ``prefix`` by ``keep`` (0: forget them), so
+        that new observations outweigh old ones (e.g. after the drafter's weights changed)."""
+        if not 0 <= keep <= 1:
+            raise ValueError(f"keep must be in [0, 1], got {keep}")
+        for key in [k for k in self._counts if k[0].startswith(prefix)]:
+            if keep == 0:
+                del self._counts[key]
+            else:
+                self._counts[key] = [c * keep for c in self._counts[key]]
+
     def __call__(self, source: str, scores: Sequence[float]) -> list[float]:
         """Calibrated path probabilities of ``scores``."""
         w = self.prior_weight

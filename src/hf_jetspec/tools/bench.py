@@ -25,6 +25,9 @@ Methods:
                     replaces), its own drafting options and calibration, so two drafters meet in one run
     jetspec-compiled  ``jetspec`` drafting through the compiled step (``compile=True``)
     jetspec-int8    ``jetspec`` drafting through the compiled step in int8 arithmetic (``compile=True, int8=True``)
+    jetspec-online  ``jetspec`` with its own copy of the drafter learning online after every item
+                    (:mod:`hf_jetspec.training.online`; ``--learn-steps`` / ``--learn-share``), learning time
+                    counted in its wall time; its tau per item and over the second half are reported
     assisted        transformers' classic assistant model (the 0.5B model for Qwen2.5-Coder-1.5B)
     hf-dflash       transformers' own DFlash generation (``speculation_type="dflash"``) with the same
                     drafter's weights converted to ``MuseGlimmerAssistantModel`` (a DFlash-layout drafter)
@@ -68,6 +71,7 @@ JETSPEC_VARIANTS = {
     "jetspec-baseline": {},  # the bench's jetspec options on the --baseline-drafter
     "jetspec-compiled": {"compile": True},  # drafting through the compiled static-shape step
     "jetspec-int8": {"compile": True, "int8": True},  # the compiled step with int8 products
+    "jetspec-online": {},  # the bench's jetspec options on its own drafter copy, learning after every item
 }
 METHODS = ("ar", "prompt-lookup", "drafter-free", *JETSPEC_VARIANTS, "assisted", "hf-dflash")
 DEFAULT_ASSISTANTS = {"qwen2.5-coder-1.5b": "qwen2.5-coder-0.5b"}
@@ -105,6 +109,9 @@ class BenchConfig:
     tree: str | None = None  # drafting_config.tree of every jetspec method ("auto", "off"; None: the drafter's own)
     tree_top_k: int | None = None  # drafting_config.tree_top_k: candidates per depth a tree may branch into
     baseline_drafter: str | None = None  # the drafter of the jetspec-baseline method
+    learn_steps: int = 4  # jetspec-online: optimizer steps after each item
+    learn_share: float | None = None  # jetspec-online: instead, learning time as this share of its generation time
+    learn_lr: float = 3e-4  # jetspec-online: learning rate
 
     def __post_init__(self):
         self.methods = tuple(self.methods)
@@ -132,6 +139,7 @@ class MethodRecord:
     accepted: list[list[int]] = field(default_factory=list)
     peak_memory_mb: float = 0.0
     stats: GenerationStats | None = None  # JetSpec methods: the drafter's statistics, merged over prompts
+    learn_seconds: list[float] = field(default_factory=list)  # jetspec-online: learning time inside each item's call
 
 
 class RoundCounter:
@@ -270,6 +278,8 @@ class BenchSetup:
     dflash_assistant: object = None  # hf-dflash: the drafter's weights as a MuseGlimmerAssistantModel
     baseline: object = None  # jetspec-baseline: the other drafter
     drafter_free: object = None  # drafter-free: the DrafterFreeAssistant
+    online_config: object = None  # jetspec-online: its OnlineLearningConfig
+    online: object = None  # jetspec-online: its own drafter, with an online learner
     memories: dict = field(default_factory=dict)
 
 
@@ -307,6 +317,9 @@ def load_bench(config: BenchConfig) -> BenchSetup:
         if config.baseline_drafter is not None:
             baseline, baseline_what = load_drafter_for(target, config.target, config.baseline_drafter)
             baseline.drafting_config = baseline.drafting_config.replace(**changes)
+        if "jetspec-online" in variants:  # its own copy: the frozen drafter never sees an update
+            online, _ = load_drafter_for(target, config.target, config.drafter)
+            online.drafting_config = online.drafting_config.replace(**changes)
         for name in variants:
             mine, mine_what = (baseline, baseline_what) if name == "jetspec-baseline" else (drafter, what)
             options = mine.drafting_config.replace(**JETSPEC_VARIANTS[name])
@@ -358,6 +371,14 @@ def load_bench(config: BenchConfig) -> BenchSetup:
     else:
         gen_kwargs.update(temperature=None, top_k=None, top_p=None)
     setup = BenchSetup(target, tokenizer, items, gen_kwargs, extra, drafter, assistant, dflash, baseline, drafter_free)
+    if "jetspec-online" in variants:
+        from ..training.online import OnlineLearningConfig
+
+        learning = OnlineLearningConfig(steps_per_call=config.learn_steps, time_share=config.learn_share, lr=config.learn_lr,
+                                        seed=config.seed)
+        setup.online = online
+        setup.extra["jetspec-online"]["online_learning"] = asdict(learning)
+        setup.online_config = learning
     if drafter_free is not None:
         setup.memories["drafter-free"] = drafter_free.output_memory  # cleared after the warm-up like the others
     return setup
@@ -365,6 +386,8 @@ def load_bench(config: BenchConfig) -> BenchSetup:
 
 def _drafter_of(setup: BenchSetup, name: str):
     """The drafter a jetspec variant generates with."""
+    if name == "jetspec-online":
+        return setup.online
     return setup.baseline if name == "jetspec-baseline" else setup.drafter
 
 
@@ -430,6 +453,9 @@ def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True) -
             methods.remove(name)
     for memory in setup.memories.values():  # the warm-up output must not help the timed runs
         memory.clear()
+    learner = None
+    if setup.online is not None:  # learning starts with the first timed item (its set-up counted there)
+        learner = assistant_for(setup.online).learn_online(setup.online_config, target=target)
 
     records = {name: MethodRecord(name) for name in methods}
     bar = tqdm(total=len(items) * len(methods), desc="bench", disable=not progress)
@@ -446,6 +472,8 @@ def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True) -
             rec.peak_memory_mb = max(rec.peak_memory_mb, peak)
             if name in JETSPEC_VARIANTS:
                 _add_generation_stats(rec, _drafter_of(setup, name).generation_stats)
+                if name == "jetspec-online":
+                    rec.learn_seconds.append(learner.learn_seconds[-1] if learner.learn_seconds else 0.0)
             elif name == "drafter-free":
                 _add_generation_stats(rec, setup.drafter_free.generation_stats)
             elif name != "ar":
@@ -458,6 +486,8 @@ def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True) -
             bar.update(1)
             bar.set_postfix_str(f"{item_id} {name} {len(tokens) / elapsed:.1f} tok/s")
     bar.close()
+    if learner is not None:
+        setup.extra["jetspec-online"]["learner"] = learner.summary() | {"guard_history": learner.guard_history}
     return records
 
 
@@ -606,6 +636,10 @@ def summarise(config: BenchConfig, setup: BenchSetup, records: dict[str, MethodR
         if name != "ar":
             acc = acceptance.compute(committed_tokens=rec.committed, rounds=rec.rounds, accepted_lengths=rec.accepted)
             entry.update(tau=acc["tau"], rounds=acc["rounds"], accept_length_hist=acc["accept_length_hist"])
+            entry.update(tau_per_item(rec.committed, rec.rounds))
+        if rec.learn_seconds:
+            entry["learn_seconds_per_item"] = [round(x, 4) for x in rec.learn_seconds]
+            entry["learn_share_of_wall"] = sum(rec.learn_seconds) / sum(rec.seconds)
         if rec.first_chunk_s:
             # decoding alone: after the first delivered chunk (the prefill, the same forward for every method)
             entry["first_chunk_s_per_item"] = [round(x, 4) for x in rec.first_chunk_s]
@@ -656,6 +690,16 @@ def summarise(config: BenchConfig, setup: BenchSetup, records: dict[str, MethodR
     return result
 
 
+def tau_per_item(committed: list[int], rounds: list[int]) -> dict:
+    """Tau (committed tokens per round) of each item, and over the second half of the items
+    (``tau_last_half``: where a learning method has learnt from the first half)."""
+    per_item = [c / r if r else None for c, r in zip(committed, rounds)]
+    half = len(committed) // 2
+    late_c, late_r = sum(committed[half:]), sum(rounds[half:])
+    return {"tau_per_item": [None if t is None else round(t, 4) for t in per_item],
+            "tau_last_half": late_c / late_r if late_r else None}
+
+
 def run_bench(config: BenchConfig, progress: bool = True) -> dict:
     """Run the benchmark described by ``config`` and return the result dict (also saved if ``output``).
 
@@ -674,6 +718,8 @@ def run_bench(config: BenchConfig, progress: bool = True) -> dict:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(dump_json(result))
         plot_result(result, out.with_suffix(".png"))
+        if "jetspec-online" in result["methods"]:
+            plot_tau_over_items(result, out.with_name(out.stem + "_tau.png"))
     return result
 
 
@@ -734,6 +780,33 @@ def plot_result(result: dict, path: str | os.PathLike) -> None:
     ax2.set_ylabel("tokens / s")
     cfg = result["config"]
     ax2.set_title(f"{cfg['target']} on {cfg['prompts']} ({cfg['num_items']} items, {cfg['max_new_tokens']} new tokens)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_tau_over_items(result: dict, path: str | os.PathLike) -> None:
+    """Tau per item (in stream order) of every method that drafts, with a running mean, saved as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for name, m in result["methods"].items():
+        taus = m.get("tau_per_item")
+        if not taus:
+            continue
+        xs = [i for i, t in enumerate(taus) if t is not None]
+        ys = [taus[i] for i in xs]
+        running = [sum(ys[max(0, j - 9) : j + 1]) / len(ys[max(0, j - 9) : j + 1]) for j in range(len(ys))]
+        line, = ax.plot(xs, ys, ".", alpha=0.35)
+        ax.plot(xs, running, color=line.get_color(), label=f"{name} (last half {m['tau_last_half']:.2f})")
+    cfg = result["config"]
+    ax.set_xlabel("item (stream order)")
+    ax.set_ylabel("tau (committed tokens per round)")
+    ax.set_title(f"{cfg['target']} on {cfg['prompts']}: tau over the stream (dots: items, lines: mean of the last 10)")
+    ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -126,6 +126,9 @@ def cmd_bench(args) -> int:
         tree=args.tree,
         tree_top_k=args.tree_top_k,
         baseline_drafter=args.baseline_drafter,
+        learn_steps=args.learn_steps,
+        learn_share=args.learn_share,
+        learn_lr=args.learn_lr,
     )
     result = run_bench(config)
     print(markdown_table(result))
@@ -265,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--limit", type=int, default=20)
     bench.add_argument("--offset", type=int, default=0, help="skip this many prompts of the fixed shuffle first")
     bench.add_argument("--max-new-tokens", type=int, default=256)
-    bench.add_argument("--methods", default="ar,prompt-lookup,jetspec", help="comma list of ar, prompt-lookup, drafter-free, jetspec, jetspec-chain, jetspec-fixed, jetspec-length, jetspec-ngram, jetspec-j0, jetspec-j1, jetspec-j2, jetspec-tree, jetspec-tree-branched, jetspec-tree-policy, jetspec-tree-branched-policy, jetspec-tree-policy-j0, jetspec-tree-policy-j1, jetspec-baseline, jetspec-compiled, jetspec-int8, assisted, hf-dflash")
+    bench.add_argument("--methods", default="ar,prompt-lookup,jetspec", help="comma list of ar, prompt-lookup, drafter-free, jetspec, jetspec-chain, jetspec-fixed, jetspec-length, jetspec-ngram, jetspec-j0, jetspec-j1, jetspec-j2, jetspec-tree, jetspec-tree-branched, jetspec-tree-policy, jetspec-tree-branched-policy, jetspec-tree-policy-j0, jetspec-tree-policy-j1, jetspec-baseline, jetspec-compiled, jetspec-int8, jetspec-online, assisted, hf-dflash")
     bench.add_argument("--tree", default=None, choices=["off", "auto"],
                        help="tree verification for every jetspec method (default: the drafter's own drafting_config)")
     bench.add_argument("--tree-top-k", type=int, default=None,
@@ -287,6 +290,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--policy", default="on", choices=["on", "off"], help="round policy of the jetspec method")
     bench.add_argument("--tie-margin-items", type=int, default=4, help="held-out prompts for the tie-margin measurement (outside fp32)")
     bench.add_argument("--fp32-head", action="store_true", help="compute the target's final norm and LM head in fp32 (every method)")
+    bench.add_argument("--learn-steps", type=int, default=4, help="jetspec-online: optimizer steps after each item")
+    bench.add_argument("--learn-share", type=float, default=None,
+                       help="jetspec-online: keep learning time at this share of its generation time instead (steps then cap it)")
+    bench.add_argument("--learn-lr", type=float, default=3e-4, help="jetspec-online: learning rate")
     bench.add_argument("--output", default=None, help="OUT.json (a plot OUT.png is saved beside it)")
     bench.set_defaults(func=cmd_bench)
 

@@ -18,7 +18,9 @@ The same call runs on the CPU and on a GPU (the target's device decides); it is 
    learning curve against seconds (and CPU-hours).
 
 The output folder holds ``regenerated/`` (the cache and its manifest), ``checkpoints/``,
-``drafter/`` (the final Hub-ready drafter), ``learning_curve.json`` and ``pipeline.json``.
+``drafter/`` (the final Hub-ready drafter), ``training.json`` (steps and checkpoint times),
+``learning_curve.json`` and ``pipeline.json``. Run again on the same folder, it resumes: an
+interrupted regeneration goes on from its last shard, and a finished training is not repeated.
 """
 
 from __future__ import annotations
@@ -184,12 +186,15 @@ def run_pipeline(target, tokenizer, output: str | os.PathLike, config: PipelineC
     if str(target.dtype) == "torch.bfloat16" and regen_cfg.states_dtype != "bfloat16":
         regen_cfg = replace(regen_cfg, states_dtype="bfloat16")
     cache_dir = os.path.join(out, "regenerated")
+    final = os.path.join(out, "drafter")
+    training_file = os.path.join(out, "training.json")
+    trained_before = os.path.isfile(training_file) and os.path.isdir(final)  # only the evaluation was interrupted
     manifest = regenerate(target, tokenizer, cache_dir, layer_ids, regen_cfg, target_name, prompts=prompts, progress=progress,
                           resume=os.path.isfile(os.path.join(cache_dir, "regeneration.json")),
-                          deadline=start + budget_s * config.regenerate_share)
+                          deadline=0.0 if trained_before else start + budget_s * config.regenerate_share)
     if manifest.num_sequences == 0:
         raise RuntimeError("the regeneration budget ended before the first batch: raise minutes or regenerate_share")
-    regen_s = time.perf_counter() - start
+    regen_s = manifest.seconds if trained_before else time.perf_counter() - start
 
     # 2. train
     dataset = FeatureCacheDataset(cache_dir, layer_ids=layer_ids)
@@ -206,15 +211,24 @@ def run_pipeline(target, tokenizer, output: str | os.PathLike, config: PipelineC
         if drafter.config.block_inputs != "mask" else "noised", blocks_per_sequence=config.blocks_per_sequence,
         disable_tqdm=not progress,
     )
-    trainer_cls = _budget_trainer(JetSpecTrainer, clock, config.warmup_steps, train_s)
-    trainer = trainer_cls(model=drafter, args=args, target=target, train_dataset=dataset, data_collator=FeatureCacheCollator(pad_id),
-                          callbacks=[clock])
-    t_train = time.perf_counter()
-    trainer.train()
-    train_seconds = time.perf_counter() - t_train
-    steps = trainer.state.global_step
-    final = os.path.join(out, "drafter")
-    drafter.save_pretrained(final)
+    if trained_before:
+        with open(training_file) as f:
+            trained = json.load(f)
+        steps, train_seconds = trained["steps"], trained["train_seconds"]
+        clock.saved_at = {int(k): v for k, v in trained["saved_at"].items()}
+        clock.cpu_hours_at = {int(k): v for k, v in trained["cpu_hours_at"].items()}
+    else:
+        trainer_cls = _budget_trainer(JetSpecTrainer, clock, config.warmup_steps, train_s)
+        trainer = trainer_cls(model=drafter, args=args, target=target, train_dataset=dataset,
+                              data_collator=FeatureCacheCollator(pad_id), callbacks=[clock])
+        t_train = time.perf_counter()
+        trainer.train()
+        train_seconds = time.perf_counter() - t_train
+        steps = trainer.state.global_step
+        drafter.save_pretrained(final)
+        with open(training_file, "w") as f:
+            json.dump({"steps": steps, "train_seconds": round(train_seconds, 1), "saved_at": clock.saved_at,
+                       "cpu_hours_at": clock.cpu_hours_at}, f, indent=1)
 
     # 3. evaluate every checkpoint (the learning curve)
     t_eval = time.perf_counter()
