@@ -50,6 +50,17 @@ CURRENT = [
     ]),
 ]
 
+# (table title, [(row label, drafter-alone result file, defaults result file or None)]): streams of items
+# in order, the drafter learning online after each item (``jetspec-online``) beside the frozen one
+STREAMS = [
+    ("Online learning on streams, SmolLM2-135M, greedy, bf16 (shipped drafter version 3; `jetspec-online` learns after every item; "
+     "drafter alone: chains, J1, budget 16, policy off; top-1 labels: both runs predate the top-k labels, and GSM8K also the "
+     "out-of-vocabulary label fix and the guard's significance rule; the defaults rows are not measured yet)", [
+        ("GSM8K (60)", "online_alone_smollm2_gsm8k.json", None),
+        ("GPQA-Diamond (60)", "online_alone_smollm2_gpqa.json", None),
+    ]),
+]
+
 CHAIN = "jetspec-chain"  # the same drafter with chain rounds, where the run measured it
 
 
@@ -65,6 +76,16 @@ def bench_command(config: dict) -> str:
             parts.append(f"--top-p {config['top_p']}")
     if config.get("baseline_drafter"):
         parts.append(f"--baseline-drafter {config['baseline_drafter']}")
+    if config.get("policy") is False:
+        parts.append("--policy off")
+    for key, flag in (("tree", "--tree"), ("jacobi_passes", "--jacobi-passes"), ("budget", "--budget")):
+        if config.get(key) is not None:
+            parts.append(f"{flag} {config[key]}")
+    if "jetspec-online" in config["methods"]:
+        parts.append(f"--learn-steps {config['learn_steps']}")
+        if config.get("learn_share") is not None:
+            parts.append(f"--learn-share {config['learn_share']}")
+        parts.append(f"--learn-lr {config['learn_lr']}")
     return " ".join(parts)
 
 
@@ -110,6 +131,33 @@ def table(title: str, rows: list[tuple[str, str, str]]) -> list[str]:
     return out
 
 
+def stream_table(title: str, rows: list[tuple[str, str, str | None]]) -> list[str]:
+    """Online learning on streams: tau over the second half of the items, the drafter alone (frozen and
+    learning), then the defaults' speeds with learning time counted, and the learning time's share."""
+    out = [f"**{title}**", "",
+           "| stream | alone: frozen tau, 2nd half | alone: learning | ratio | defaults: frozen | learning (time included) | "
+           "prompt lookup | learning share of wall | output vs plain | machine, date |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    commands = []
+    for label, alone_name, defaults_name in rows:
+        alone = json.loads((RESULTS / alone_name).read_text())
+        frozen, learning = alone["methods"]["jetspec"]["tau_last_half"], alone["methods"]["jetspec-online"]["tau_last_half"]
+        env = alone.get("environment", {})
+        cells = ["-"] * 5
+        if defaults_name is not None:
+            result = json.loads((RESULTS / defaults_name).read_text())
+            m = result["methods"]
+            cells = [f"{m['jetspec']['speedup_vs_ar']:.2f}x", f"**{m['jetspec-online']['speedup_vs_ar']:.2f}x**",
+                     f"{m['prompt-lookup']['speedup_vs_ar']:.2f}x", f"{m['jetspec-online']['learn_share_of_wall']:.0%}",
+                     exactness(m["jetspec-online"], bool(result["config"].get("temperature")))]
+            commands.append(f"{bench_command(result['config'])}   # {label}, defaults: results/{defaults_name}")
+        machine = f"{env.get('cpu', '?')}, {env.get('date', '?')[:10]}"
+        out.append(f"| {label} | {frozen:.2f} | **{learning:.2f}** | {learning / frozen:.2f} | " + " | ".join(cells) + f" | {machine} |")
+        commands.insert(len(commands) - (defaults_name is not None), f"{bench_command(alone['config'])}   # {label}, drafter alone: results/{alone_name}")
+    out += ["", "```bash", *commands, "```", ""]
+    return out
+
+
 def page() -> str:
     lines = [
         START,
@@ -123,6 +171,8 @@ def page() -> str:
     ]
     for title, rows in CURRENT:
         lines += table(title, rows)
+    for title, rows in STREAMS:
+        lines += stream_table(title, rows)
     lines.append(END)
     return "\n".join(lines) + "\n"
 

@@ -18,7 +18,7 @@ import argparse
 
 from hf_jetspec import load_target
 from hf_jetspec.training.feature_cache import read_layer_ids
-from hf_jetspec.training.regenerate import SOURCES, RegenerationConfig, regenerate
+from hf_jetspec.training.regenerate import ALL_SOURCES, SOURCES, RegenerationConfig, regenerate
 
 
 def main() -> None:
@@ -26,7 +26,7 @@ def main() -> None:
     ap.add_argument("--target", default="smollm2-135m")
     ap.add_argument("--drafter", default=None, help="drafter folder whose read layers to store (default: the default read layers)")
     ap.add_argument("--layers", default=None, help="comma list of target layers to store (overrides --drafter)")
-    ap.add_argument("--sources", default=",".join(SOURCES), help=f"comma list of {SOURCES}")
+    ap.add_argument("--sources", default=",".join(SOURCES), help=f"comma list of {ALL_SOURCES}")
     ap.add_argument("--num-prompts", type=int, default=1000)
     ap.add_argument("--max-prompt-tokens", type=int, default=256)
     ap.add_argument("--max-new-tokens", type=int, default=256)

@@ -8,7 +8,7 @@ from hf_jetspec.data import MissingDatasetError, iter_sharegpt, load_eval_prompt
 
 
 @pytest.mark.parametrize("name,count,turns", [
-    ("gsm8k", 1319, 1), ("humaneval", 164, 1), ("mt-bench", 80, 2), ("mt-bench-code-reasoning", 20, 2), ("aime25", 30, 1),
+    ("gsm8k", 1319, 1), ("humaneval", 164, 1), ("mt-bench", 80, 2), ("mt-bench-code-reasoning", 20, 2), ("aime25", 30, 1), ("gpqa", 198, 1),
     ("continuation", 243, 1),
 ])
 def test_eval_sets(name, count, turns):

@@ -11,7 +11,7 @@ from transformers import TemperatureLogitsWarper
 
 from hf_jetspec import DrafterFreeAssistant, JetSpecAssistant, JetSpecDrafter, OnlineLearningConfig, ReplayBuffer
 from hf_jetspec.tools.testing import tiny_llama, tiny_qwen2
-from hf_jetspec.training.online import CallRecorder, OnlineLearner, chain_tau
+from hf_jetspec.training.online import CallRecorder, OnlineLearner, chain_tau, guard_says_revert
 from hf_jetspec.training.replay_buffer import item_nbytes, match_top_k, verified_item
 from test_sampling_exactness import chi2_pvalue, empirical, exact_joint, small_target
 
@@ -109,7 +109,8 @@ def test_learning_raises_acceptance_on_a_recurring_stream_and_output_stays_exact
     frozen = _drafter(target)
     learning = _drafter(target)
     assistant = JetSpecAssistant(learning)
-    learner = assistant.learn_online(OnlineLearningConfig(steps_per_call=10, lr=3e-3, guard=False, warmup_steps=1))
+    # a random tiny target's distributions are nearly flat: its committed tokens are the sharper signal
+    learner = assistant.learn_online(OnlineLearningConfig(steps_per_call=10, lr=3e-3, guard=False, warmup_steps=1, label_top_k=0))
     g = torch.Generator().manual_seed(5)
     prompts = [torch.randint(0, 128, (1, 6), generator=g) for _ in range(3)]
     taus = {"frozen": [], "learning": []}
@@ -197,6 +198,35 @@ def test_the_guard_reverts_a_learner_made_worse(trained_llama):
     assert all(torch.equal(v, start[k]) for k, v in drafter.state_dict().items())
 
 
+@pytest.mark.parametrize("options", [{"tree": None}, {"tree": "auto"}, {"tree": None, "policy": True}])
+def test_soft_labels_are_the_verification_distributions_at_the_right_positions(options):
+    """Greedy: at every output position the recorded distribution's top token is the token committed next
+    (the labels are read off the logits that decided it), in chain and tree rounds."""
+    target = tiny_llama(seed=6)
+    assistant = JetSpecAssistant(_drafter(target, seed=6, **options))
+    learner = assistant.learn_online(OnlineLearningConfig(steps_per_call=0, guard=False, label_top_k=4))
+    p = torch.tensor([[5, 9, 2, 7, 1]])
+    target.generate(p, attention_mask=torch.ones_like(p), max_new_tokens=30, do_sample=False, assistant_model=assistant)
+    item = learner.buffer.items[-1]
+    ids, top = item["input_ids"], item["topk_ids"]
+    start = item["response_start"]
+    assert top.shape[1] == 4 and ids.numel() > start + 10
+    for t in range(start - 1, ids.numel() - 1):
+        assert int(top[t, 0]) == int(ids[t + 1]), t
+        assert float(item["topk_logprobs"][t, 0]) >= float(item["topk_logprobs"][t, 1]) and float(item["topk_logprobs"][t, 0]) < 0
+    assert float(item["topk_logprobs"][0, 1]) < -1e3  # a prompt position: the next prompt token alone
+
+
+def test_the_guard_reverts_only_on_a_significant_loss():
+    # mean -0.5, standard error 0.1 / sqrt(3) = 0.058: 8.7 standard errors below zero
+    assert guard_says_revert([-0.5, -0.4, -0.6], margin=0.05)
+    # mean -0.2, standard error 0.436 / sqrt(3) = 0.252: within noise
+    assert not guard_says_revert([0.3, -0.5, -0.4], margin=0.05)
+    # significant but within the margin
+    assert not guard_says_revert([-0.01, -0.02, -0.015], margin=0.05)
+    assert not guard_says_revert([0.0, 0.0, 0.0], margin=0.05)
+
+
 def test_chain_tau_counts_leading_matches_plus_one():
     target = tiny_llama()
     drafter = _drafter(target)
@@ -276,3 +306,21 @@ def test_sampled_output_follows_the_exact_law_while_the_drafter_learns():
     counts = empirical(target, assistant, temperature=1.0, top_k=0)
     assert chi2_pvalue(law, counts) > 1e-3
     assert learner.applied == 30 and learner.kept > 100  # the drafter changed between the calls, 30 times
+
+
+def test_a_weight_swap_halves_the_drafted_paths_calibration_and_reopens_the_gates():
+    from hf_jetspec.policy import OutputMemory
+
+    memory = OutputMemory()
+    memory.node_calibration.observe("drafter-chain@1", [0.9, 0.9], [True, False])
+    memory.node_calibration.observe("ngram", [0.5], [True])
+    gate = memory.draft_gate("chain")
+    gate.observe(value=1.0, free_rate=2.0)  # the drafter did not pay: the gate closes behind its probes
+    assert not gate.should_draft()
+    memory.drafter_changed()
+    table = memory.node_calibration.table()
+    assert table["drafter-chain@1"] == [(table["drafter-chain@1"][0][0], 0.5, 1.0)]  # 1 of 2 accepted -> 0.5 of 1.0
+    assert table["ngram"][0][1:] == (1.0, 1.0)  # other sources keep their counts
+    assert gate.should_draft() and gate.advantage is None
+    with pytest.raises(ValueError):
+        memory.node_calibration.forget("drafter", 1.5)

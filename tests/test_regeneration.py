@@ -168,3 +168,29 @@ def test_a_deadline_stops_between_batches_and_resume_goes_on(llama_target, tmp_p
     assert stopped.num_sequences == 0 and stopped.generated_tokens == 0
     resumed = regenerate(llama_target, CharTokenizer(), tmp_path / "r", LAYERS, config, "tiny", prompts, resume=True, progress=False)
     assert resumed.num_sequences == 5 and len(FeatureCacheDataset(tmp_path / "r")) == 5
+
+
+def test_later_turns_carry_the_conversation_so_far(monkeypatch):
+    """``sharegpt-turns``: every later user turn of a conversation, after the earlier turns and the
+    dataset's answers; the overlap rule reads every message of the context."""
+    import hf_jetspec.data as data
+    import hf_jetspec.training.regenerate as regen
+
+    chat = [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"}, {"role": "user", "content": "q2"},
+            {"role": "assistant", "content": "a2"}, {"role": "user", "content": "q3"}, {"role": "assistant", "content": "a3"}]
+    monkeypatch.setattr(data, "sharegpt_chats", lambda max_turns=1: iter([chat, chat[:2]]))
+    later = list(regen._later_turns())
+    assert later == [chat[:3], chat[:5]]  # the one-exchange conversation has no later turn
+    monkeypatch.setattr(regen, "_source_turns", lambda source: iter(later))
+
+    class ChatTokenizer(CharTokenizer):
+        def apply_chat_template(self, messages, add_generation_prompt=True, return_tensors=None, return_dict=False):
+            text = "".join(f"<{m['role'][0]}>{m['content']}" for m in messages) + "<a>"
+            return {"input_ids": torch.tensor([[ord(c) % 97 for c in text]])}
+
+    config = RegenerationConfig(sources=("sharegpt-turns",), num_prompts=5, max_prompt_tokens=200)
+    prompts, stats = regeneration_prompts(ChatTokenizer(), config, exclude=set())
+    assert len(prompts) == 2 and stats["sharegpt-turns"]["prompts"] == 2
+    assert len(prompts[1].input_ids) > len(prompts[0].input_ids)  # the longer context
+    blocked, stats = regeneration_prompts(ChatTokenizer(), config, exclude={"a2"})
+    assert len(blocked) == 2  # lines under 30 characters never overlap

@@ -249,3 +249,17 @@ def test_restricted_draft_vocab_trains_for_several_steps(tmp_path, start):
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert len(losses) == 4 and all(torch.isfinite(torch.tensor(losses)))
     assert drafter._head().grad_fn is None  # the frozen target's rows carry no graph from step to step
+
+
+def test_a_cached_label_outside_the_draft_vocabulary_gets_no_weight(llama_target):
+    """A top-1 label (online learning's committed token) outside a restricted draft vocabulary would be a
+    uniform target after the restriction: its slot is dropped, the others keep their weight."""
+    drafter = JetSpecDrafter.for_target(llama_target)
+    drafter.restrict_draft_vocab(list(range(10)))
+    seq = torch.tensor([[1, 2, 3, 50, 4, 5, 6, 7]])
+    topk_ids = torch.cat([seq[:, 1:], seq[:, -1:]], 1)[..., None].to(torch.int32)  # label at t: the token at t + 1
+    labels_at = JetSpecTrainer._cached_labels(drafter, topk_ids, torch.zeros(1, 8, 1))
+    anchors, valid = torch.tensor([[1]]), torch.tensor([[True]])
+    blocks = JetSpecTrainer._corpus_blocks(None, labels_at, None, torch.zeros(1, 8, 4), seq, anchors, valid, 4, torch.ones(4), "corpus")
+    # slots predict positions 2..5: tokens 3, 50 (outside the 10-token vocabulary), 4, 5
+    assert blocks["weights"][0, 0].tolist() == [1.0, 0.0, 1.0, 1.0]

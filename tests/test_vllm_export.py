@@ -23,6 +23,8 @@ from hf_jetspec.interop.vllm import (
     openmp_runtime,
     EXPORT_MANIFEST,
     VllmServer,
+    choose_num_speculative_tokens,
+    conditional_acceptance,
     export_for_vllm,
     num_speculative_tokens,
     vllm_command,
@@ -95,6 +97,32 @@ def test_card_holds_the_exact_serving_lines(target, tmp_path):
     assert "--tensor-parallel-size 2" in card and "sglang.launch_server" in card
     manifest = json.loads((tmp_path / "tiny-dflash" / EXPORT_MANIFEST).read_text())
     assert manifest["num_speculative_tokens"] == 7 and manifest["dtype"] == "bfloat16"
+
+
+def test_num_speculative_tokens_is_chosen_from_acceptance_and_vllm_costs_on_hand_numbers():
+    """Acceptance 0.8, 0.5, 0.5, 0.2 per position; vLLM steps of 10 + k ms, drafting 2 ms.
+    E(k) = 1, 1.8, 2.2, 2.4, 2.44 tokens for 10, 13, 14, 15, 16 ms: 0.1385, 0.1571, 0.1600, 0.1525
+    tokens/ms for k = 1..4, so k = 3 (not the block's 4)."""
+    costs = [0.010, 0.011, 0.012, 0.013, 0.014]
+    choice = choose_num_speculative_tokens([0.8, 0.5, 0.5, 0.2], costs, draft_cost=0.002)
+    assert choice.length == 3 and choice.expected_tokens == pytest.approx(2.4) and choice.cost_s == pytest.approx(0.015)
+    # the same from (reached, accepted) counts, as a bench run records them; unreached positions end the profile
+    assert conditional_acceptance([(10, 8), (8, 4), (4, 2), (2, 0), (0, 0)]) == [0.8, 0.5, 0.5, 0.0]
+    assert choose_num_speculative_tokens([(10, 8), (8, 4), (4, 2), (2, 0)], costs, 0.002).length == 3
+    # a cheaper verification of long blocks pays for the long tail
+    assert choose_num_speculative_tokens([0.9] * 4, [0.010, 0.0101, 0.0102, 0.0103, 0.0104]).length == 4
+    with pytest.raises(ValueError, match="reaches no"):
+        choose_num_speculative_tokens([(0, 0)], costs)
+
+
+def test_export_writes_the_chosen_length_and_why(target, tmp_path):
+    record = export_for_vllm(servable(target), tmp_path / "chosen", target="org/tiny-target", acceptance=[0.8, 0.5, 0.5, 0.2],
+                             step_costs=[0.010, 0.011, 0.012, 0.013, 0.014], draft_cost=0.002)
+    assert record.num_speculative_tokens == 3 and record.choice["step_costs"][1] == 0.011
+    card = (tmp_path / "chosen" / "README.md").read_text()
+    assert '"num_speculative_tokens": 3' in card and "the most expected committed tokens per second" in card
+    assert "the longest it can serve" in (export_for_vllm(servable(target), tmp_path / "longest", target="x").folder and
+                                          (tmp_path / "longest" / "README.md").read_text())
 
 
 @pytest.mark.parametrize("overrides, missing", [

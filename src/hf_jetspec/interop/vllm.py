@@ -13,8 +13,10 @@ What vLLM 0.32 reads, from its ``qwen3_dflash`` model (fixture: ``tests/fixtures
 does), ``dflash_config.mask_token_id``, and for a restricted draft vocabulary ``draft_vocab_size``
 with the ``lm_head.weight`` and ``d2t`` tensors. Otherwise it reuses the target's LM head; it always
 reuses the target's embeddings,
-and it ignores ``block_size``: the draft length is ``num_speculative_tokens`` alone, so the card
-sets it to the trained block size minus one (the anchor is the block's first row).
+and it ignores ``block_size``: the draft length is ``num_speculative_tokens`` alone. The export chooses
+it from the drafter's measured acceptance per position and vLLM's measured step costs
+(:func:`choose_num_speculative_tokens`: the most expected committed tokens per second), or, without
+those measurements, sets the longest the drafter was trained for (block size minus its anchor row).
 
 What stays in the transformers path: Jacobi passes, foresight, the round policy, trees, n-gram
 proposals. vLLM drafts one full block per step and verifies it as a chain.
@@ -66,13 +68,51 @@ def require_servable(config: JetSpecDrafterConfig) -> None:
 
 
 def num_speculative_tokens(config: JetSpecDrafterConfig) -> int:
-    """The draft length to serve with: the trained block size minus its anchor row."""
+    """The longest draft length a drafter can serve: the trained block size minus its anchor row."""
     return int(config.block_size) - 1
 
 
-def speculative_config(folder: str, config: JetSpecDrafterConfig) -> dict:
-    """vLLM's ``speculative_config`` for an exported folder."""
-    return {"method": "dflash", "model": str(folder), "num_speculative_tokens": num_speculative_tokens(config)}
+def conditional_acceptance(profile) -> list[float]:
+    """Per draft position, the probability it is accepted given every earlier one was: from
+    ``(reached, accepted)`` pairs (``GenerationStats.position_acceptance``, a bench result's
+    ``position_acceptance``) or from the rates themselves. Positions never reached end the list."""
+    rates = []
+    for entry in profile:
+        if isinstance(entry, (list, tuple)):
+            reached, accepted = entry
+            if reached <= 0:
+                break
+            rates.append(accepted / reached)
+        else:
+            rates.append(float(entry))
+    return rates
+
+
+def choose_num_speculative_tokens(profile, step_costs, draft_cost: float = 0.0, max_tokens: int | None = None):
+    """The draft length ``k >= 1`` with the most expected committed tokens per second in vLLM.
+
+    ``profile``: the drafter's conditional acceptance per position (:func:`conditional_acceptance`);
+    ``step_costs[k]``: vLLM's verification step with ``k`` draft tokens (``step_costs[0]``: a plain
+    step), measured on the serving engine; ``draft_cost``: its drafting forward (one pass whatever
+    ``k``, a block drafter). A round commits ``E(k) = 1 + sum_j prod_{i<=j} a_i`` tokens for
+    ``step_costs[k] + draft_cost`` seconds; the choice maximises that ratio
+    (:func:`~hf_jetspec.policy.choose_verify_length`, ties to the shorter). Returns its ``VerifyChoice``
+    (``length`` is ``k``; ``rate`` the expected tokens per second)."""
+    from ..policy import choose_verify_length
+
+    rates = conditional_acceptance(profile)
+    if max_tokens is not None:
+        rates = rates[:max_tokens]
+    if not rates:
+        raise ValueError("the acceptance profile reaches no draft position: measure it with a bench run of the drafter first")
+    if len(step_costs) < 2:
+        raise ValueError("step_costs needs a plain step and at least one draft length: [c(0), c(1), ...]")
+    return choose_verify_length(rates, [float(c) for c in step_costs], draft_cost=float(draft_cost), min_length=1)
+
+
+def speculative_config(folder: str, config: JetSpecDrafterConfig, k: int | None = None) -> dict:
+    """vLLM's ``speculative_config`` for an exported folder (``k``: the draft length; default the longest)."""
+    return {"method": "dflash", "model": str(folder), "num_speculative_tokens": int(k) if k is not None else num_speculative_tokens(config)}
 
 
 @dataclass
@@ -86,6 +126,7 @@ class VllmExport:
     speculative_config: dict
     files: list[str] = field(default_factory=list)
     source: str = ""
+    choice: dict | None = None  # the measured profile and costs num_speculative_tokens was chosen from
 
 
 CARD = """---
@@ -124,9 +165,8 @@ On a GPU node the same folder serves unchanged with tensor parallelism: add
 runtime preloaded (`hf_jetspec.interop.vllm.vllm_command` does): speculative decoding is much slower
 without it.
 
-`num_speculative_tokens` is {k}, the trained block size ({block}) minus its anchor row. vLLM does not
-read `block_size` and does not stop a larger value; a drafter asked for more slots than it was
-trained on drafts noise there.
+{k_reason} vLLM does not read `block_size` and does not stop a value above {kmax}; a drafter asked for
+more slots than it was trained on drafts noise there.
 
 ## SGLang
 
@@ -170,13 +210,16 @@ def dflash_state_and_config(drafter, dtype: torch.dtype) -> tuple[dict, dict]:
 
 
 def export_for_vllm(drafter, output: str | os.PathLike, dtype: torch.dtype | str = torch.bfloat16, target: str | None = None,
-                    source: str = "") -> VllmExport:
+                    source: str = "", acceptance=None, step_costs=None, draft_cost: float = 0.0) -> VllmExport:
     """Write ``drafter`` (a :class:`~hf_jetspec.JetSpecDrafter`) as a folder vLLM's ``dflash`` method loads
     unchanged: ``model.safetensors`` under DFlash's weight names, ``config.json``, a model card
     (``README.md``) with the serving lines, and ``jetspec_export.json`` (this record).
 
     Refuses, naming what is missing, a drafter whose layout vLLM cannot run (token-input blocks, no
-    mask token, no per-head q/k norms, ...)."""
+    mask token, no per-head q/k norms, ...). With the drafter's measured ``acceptance`` profile and
+    vLLM's ``step_costs`` (and ``draft_cost``), ``num_speculative_tokens`` is the length that maximises
+    expected committed tokens per second (:func:`choose_num_speculative_tokens`); without them it is
+    the longest the drafter was trained for, and the card says so."""
     from safetensors.torch import save_file
 
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
@@ -196,15 +239,30 @@ def export_for_vllm(drafter, output: str | os.PathLike, dtype: torch.dtype | str
     out.mkdir(parents=True, exist_ok=True)
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    spec = speculative_config(str(out), drafter.config)
+    kmax = num_speculative_tokens(drafter.config)
+    if acceptance is not None and step_costs is not None:
+        choice = choose_num_speculative_tokens(acceptance, step_costs, draft_cost, max_tokens=kmax)
+        k = choice.length
+        k_reason = (f"`num_speculative_tokens` is {k}: of the lengths 1..{min(kmax, len(step_costs) - 1)}, the one with the most expected "
+                    f"committed tokens per second ({choice.expected_tokens:.2f} tokens per step of {1000 * choice.cost_s:.1f} ms) under the "
+                    f"drafter's measured acceptance per position and vLLM's measured step costs (`jetspec_export.json` keeps both).")
+    else:
+        k = kmax
+        k_reason = (f"`num_speculative_tokens` is {k}, the trained block size ({drafter.config.block_size}) minus its anchor row: the "
+                    "longest it can serve. Export with the drafter's measured acceptance and vLLM's step costs "
+                    "(`hf-jetspec export-vllm --acceptance ... --step-costs-ms ...`) to choose the length that pays best.")
+    spec = speculative_config(str(out), drafter.config, k)
     card = CARD.format(
         name=out.name, target=target, source=source or "a JetSpecDrafter", layers=list(drafter.config.target_layer_ids),
         k=spec["num_speculative_tokens"], block=drafter.config.block_size, dtype=dtype_name, folder_name=out.name,
-        spec_json=json.dumps(spec | {"model": out.name}), spec_py=repr(spec | {"model": out.name}),
+        spec_json=json.dumps(spec | {"model": out.name}), spec_py=repr(spec | {"model": out.name}), k_reason=k_reason, kmax=kmax,
     )
     (out / "README.md").write_text(card)
     record = VllmExport(str(out), target, dtype_name, spec["num_speculative_tokens"], spec,
                         ["model.safetensors", "config.json", "README.md", EXPORT_MANIFEST], source)
+    if acceptance is not None and step_costs is not None:
+        record.choice = {"acceptance": conditional_acceptance(acceptance), "step_costs": [float(c) for c in step_costs],
+                         "draft_cost": float(draft_cost), "num_speculative_tokens": k}
     (out / EXPORT_MANIFEST).write_text(json.dumps(asdict(record), indent=2) + "\n")
     return record
 

@@ -98,7 +98,7 @@ class OutputMemory:
         self.node_calibration.clear()
         self._gates.clear()
 
-    def drafter_changed(self, keep: float = 0.25) -> None:
+    def drafter_changed(self, keep: float = 0.5) -> None:
         """The drafter's weights changed (online learning): its drafted paths' calibration keeps
         ``keep`` of its counts and the draft gates judge the drafter afresh at the next round."""
         self.node_calibration.forget("drafter", keep)

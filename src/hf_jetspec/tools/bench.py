@@ -111,7 +111,7 @@ class BenchConfig:
     baseline_drafter: str | None = None  # the drafter of the jetspec-baseline method
     learn_steps: int = 4  # jetspec-online: optimizer steps after each item
     learn_share: float | None = None  # jetspec-online: instead, learning time as this share of its generation time
-    learn_lr: float = 3e-4  # jetspec-online: learning rate
+    learn_lr: float = 1e-4  # jetspec-online: learning rate
 
     def __post_init__(self):
         self.methods = tuple(self.methods)

@@ -221,8 +221,19 @@ def cmd_export_vllm(args) -> int:
     from ..drafter.modeling_drafter import JetSpecDrafter
 
     drafter = JetSpecDrafter.from_pretrained(args.drafter, dtype=torch.float32)
+    acceptance = costs = None
+    if (args.acceptance is None) != (args.step_costs_ms is None):
+        print("error: --acceptance and --step-costs-ms go together (the profile and vLLM's costs it is priced with)", file=sys.stderr)
+        return 2
+    if args.acceptance is not None:
+        path, _, method = args.acceptance.partition(":")
+        with open(path) as f:
+            profile = json.load(f)["methods"][method or "jetspec"]["position_acceptance"]
+        acceptance = profile.get("drafter") or profile["all"]
+        costs = [float(x) / 1000 for x in args.step_costs_ms.split(",")]
     try:
-        record = export_for_vllm(drafter, args.output, dtype=args.dtype, target=args.target, source=args.drafter)
+        record = export_for_vllm(drafter, args.output, dtype=args.dtype, target=args.target, source=args.drafter,
+                                 acceptance=acceptance, step_costs=costs, draft_cost=args.draft_cost_ms / 1000)
     except (ValueError, FileExistsError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -263,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--baseline-drafter", default=None,
                        help="a second drafter (folder or Hub id) for the jetspec-baseline method, measured in the same run")
     bench.add_argument("--prompts", default="gsm8k",
-                       help="gsm8k | humaneval | mt-bench | mt-bench-code-reasoning | aime25 | continuation (plain text, base models) | long-2k|4k|8k "
+                       help="gsm8k | humaneval | mt-bench | mt-bench-code-reasoning | aime25 | gpqa (science questions) | continuation (plain text, base models) | long-2k|4k|8k "
                             "(or long-chat-/long-code-2k|4k|8k) | FILE.jsonl")
     bench.add_argument("--limit", type=int, default=20)
     bench.add_argument("--offset", type=int, default=0, help="skip this many prompts of the fixed shuffle first")
@@ -293,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--learn-steps", type=int, default=4, help="jetspec-online: optimizer steps after each item")
     bench.add_argument("--learn-share", type=float, default=None,
                        help="jetspec-online: keep learning time at this share of its generation time instead (steps then cap it)")
-    bench.add_argument("--learn-lr", type=float, default=3e-4, help="jetspec-online: learning rate")
+    bench.add_argument("--learn-lr", type=float, default=1e-4, help="jetspec-online: learning rate")
     bench.add_argument("--output", default=None, help="OUT.json (a plot OUT.png is saved beside it)")
     bench.set_defaults(func=cmd_bench)
 
@@ -345,6 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--output", required=True, help="the folder to write (model.safetensors, config.json, README.md)")
     exp.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"], help="weights' dtype in the folder")
     exp.add_argument("--target", default=None, help="the target's Hub id or folder for the card (default: the drafter config's)")
+    exp.add_argument("--acceptance", default=None,
+                     help="BENCH.json[:METHOD]: the drafter's acceptance per position from a bench run (method default jetspec, "
+                          "run with --policy off --tree off); with --step-costs-ms, num_speculative_tokens is chosen from them")
+    exp.add_argument("--step-costs-ms", default=None, help="vLLM's step time with 0, 1, 2, ... draft tokens, comma-separated ms")
+    exp.add_argument("--draft-cost-ms", type=float, default=0.0, help="vLLM's drafting forward, ms")
     exp.set_defaults(func=cmd_export_vllm)
     return parser
 

@@ -25,8 +25,10 @@ attached (:meth:`hf_jetspec.JetSpecAssistant.learn_online`), a call keeps those 
 5. the round policy is told the drafter changed: its running calibration of drafted blocks keeps only
    a share of its counts and its draft gates probe the drafter again.
 
-Labels are the committed tokens (the target's argmax under greedy decoding, its samples under
-sampling: an unbiased sample of the forward KL's gradient either way).
+Labels are the target's own distributions at the verified positions: the top-k log-probabilities of
+the verification logits that decided each committed token (``label_top_k``; free, those logits exist
+anyway), or with ``label_top_k=0`` the committed tokens alone (the target's argmax under greedy
+decoding, its samples under sampling).
 """
 
 from __future__ import annotations
@@ -60,10 +62,13 @@ class OnlineLearningConfig:
         buffer_bytes: cap of the replay buffer; the oldest sequences are dropped first.
         max_context: prompt rows kept before each output (the drafter's default context window).
         min_new_tokens: calls that committed fewer new tokens are not kept.
+        label_top_k: labels are the target's top-k log-probabilities at each verified position, read off the
+            verification logits (0: the committed token alone).
         generic_share: share of each batch drawn from the buffer's generic pool (see ``ReplayBuffer.seed_from``).
         guard: compare the adapted weights with the starting ones on every new call and revert when they lose.
         guard_window: calls in the guard's running comparison; ``guard_min_calls``: calls before it may revert.
-        guard_margin: how far (in accepted tokens per block) the adapted weights may trail before a revert.
+        guard_margin: how far (in committed tokens per block) the adapted weights may trail before a revert;
+            the trail must also be significant (:func:`guard_says_revert`).
         guard_anchors: blocks scored per call by the guard.
         bf16: autocast learning in bf16 (None: when the target runs in bf16, which ``"auto"`` picks only where
             the device has native bf16).
@@ -75,16 +80,17 @@ class OnlineLearningConfig:
     time_share: float | None = None
     batch_size: int = 2
     blocks_per_sequence: int = 16
-    lr: float = 3e-4
+    lr: float = 1e-4
     warmup_steps: int = 4
     max_grad_norm: float = 1.0
     buffer_bytes: int = 64 << 20
     max_context: int = 512
     min_new_tokens: int = 8
+    label_top_k: int = 16
     generic_share: float = 0.0
     guard: bool = True
     guard_window: int = 8
-    guard_min_calls: int = 3
+    guard_min_calls: int = 4
     guard_margin: float = 0.05
     guard_anchors: int = 16
     bf16: bool | None = None
@@ -109,13 +115,27 @@ class OnlineLearningConfig:
 
 class CallRecorder:
     """The read-layer states of one call's verified positions, in order (kept as CPU copies in the
-    buffer's dtype; the verification outputs they come from are freed by the next round)."""
+    buffer's dtype; the verification outputs they come from are freed by the next round), and, with
+    ``label_top_k``, the target's top-k log-probabilities at the verified positions, read off the
+    verification logits that decided them."""
 
-    def __init__(self, max_context: int, dtype: torch.dtype = torch.bfloat16):
+    def __init__(self, max_context: int, dtype: torch.dtype = torch.bfloat16, label_top_k: int = 0):
         self.max_context = max_context
         self.dtype = dtype
+        self.label_top_k = label_top_k
         self.rows: list[torch.Tensor] = []
         self.count = 0
+        self.labels: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # position -> (top-k ids, log-probabilities)
+
+    def add_labels(self, first_position: int, logits: torch.Tensor) -> None:
+        """The target's logits [m, V] at positions ``first_position ..``: each row's distribution over the
+        token that follows its position."""
+        if self.label_top_k <= 0 or logits.shape[0] == 0:
+            return
+        values, ids = torch.log_softmax(logits.detach().float(), dim=-1).topk(min(self.label_top_k, logits.shape[-1]), dim=-1)
+        values, ids = values.cpu(), ids.cpu()
+        for j in range(ids.shape[0]):
+            self.labels[first_position + j] = (ids[j], values[j])
 
     def add(self, states: list[torch.Tensor] | torch.Tensor) -> None:
         """States of the next verified positions: per read layer [1, n, H] (or concatenated [1, n, L*H])."""
@@ -135,6 +155,27 @@ class CallRecorder:
         return torch.cat(self.rows, dim=0) if self.rows else None
 
 
+def with_soft_labels(item: dict, labels: dict, offset: int = 0) -> dict:
+    """``item`` (a :func:`~hf_jetspec.training.replay_buffer.verified_item`) with the recorded top-k
+    distributions in place of its top-1 labels where a position has one (``labels``: absolute position ->
+    (ids, log-probabilities); the item starts at absolute position ``offset``). Positions without one
+    keep the committed token, padded with ``MISSING_LOGIT`` columns."""
+    from .feature_cache import MISSING_LOGIT
+
+    k = len(next(iter(labels.values()))[0])
+    n = item["input_ids"].numel()
+    ids = torch.zeros(n, k, dtype=torch.int32)
+    logprobs = torch.full((n, k), MISSING_LOGIT, dtype=torch.float16)
+    ids[:, 0] = item["topk_ids"][:, 0]
+    logprobs[:, 0] = 0.0
+    for t in range(n):
+        found = labels.get(t + offset)
+        if found is not None:
+            ids[t] = found[0].to(torch.int32)
+            logprobs[t] = found[1].to(torch.float16)
+    return {**item, "topk_ids": ids, "topk_logprobs": logprobs}
+
+
 def chain_tau(model, items: list[dict], num_blocks: int, gamma: int, jacobi_passes: int, generator: torch.Generator) -> float:
     """Mean committed tokens per chain round of ``model`` on ``items``, teacher-forced: blocks at
     ``num_blocks`` anchors drawn per item from its output, J0 on noise then ``jacobi_passes`` passes,
@@ -146,14 +187,14 @@ def chain_tau(model, items: list[dict], num_blocks: int, gamma: int, jacobi_pass
     with torch.no_grad():
         for item in items:
             ids = item["input_ids"][None]
-            n = ids.shape[1]
+            n = ids.shape[1] - 1  # blocks whose every slot has its committed token inside the item
             start = int(item["response_start"])
             if n - start < gamma + 1:
                 continue
             anchors = sample_anchor_positions(torch.tensor([start]), torch.tensor([n]), num_blocks, gamma, generator)
             idx = (anchors[..., None] + torch.arange(gamma)).clamp(max=n - 1)
             true = torch.gather(ids[:, None, :].expand(1, num_blocks, -1), 2, idx)
-            labels = torch.gather(item["topk_ids"][:, 0].long()[None, None, :].expand(1, num_blocks, -1), 2, idx)
+            labels = torch.gather(ids[:, None, :].expand(1, num_blocks, -1), 2, idx + 1)  # the committed next tokens
             inputs, noise = noisy_block_inputs(true, ids, anchors, torch.zeros(num_blocks, dtype=torch.long), generator)
             states = item["states"][None].to(model.device, model.dtype)
             draft = None
@@ -167,6 +208,18 @@ def chain_tau(model, items: list[dict], num_blocks: int, gamma: int, jacobi_pass
             total += float((leading_matches(draft, labels) + 1).float().sum())
             count += num_blocks
     return total / count if count else float("nan")
+
+
+def guard_says_revert(differences: list[float], margin: float, z: float = 2.0) -> bool:
+    """Whether the adapted weights lose: the mean of the per-call differences (adapted minus starting
+    weights' tau) is below ``-margin`` and below zero by more than ``z`` standard errors (a single
+    call's scores are noisy: a few blocks each)."""
+    n = len(differences)
+    mean = sum(differences) / n
+    if mean >= -margin or n < 2:
+        return False
+    var = sum((d - mean) ** 2 for d in differences) / (n - 1)
+    return mean < -z * math.sqrt(var / n)
 
 
 class OnlineLearner:
@@ -211,7 +264,7 @@ class OnlineLearner:
         self.steps = 0
         self.applied = 0
         self.reverts = 0
-        self.learn_seconds: list[float] = []  # per call
+        self.learn_seconds: list[float] = []  # per call: keeping its sequence, the guard's scoring and the steps
         self.guard_history: list[dict] = []  # per kept call: adapted and base chain tau on it, before training on it
         self._window: list[float] = []
 
@@ -240,18 +293,24 @@ class OnlineLearner:
             if self._pending:
                 self._apply_locked()
             self._active += 1
-        return CallRecorder(self.config.max_context)
+        return CallRecorder(self.config.max_context, label_top_k=self.config.label_top_k)
 
     def end_call(self, sequence: torch.Tensor | None, recorder: CallRecorder | None, prompt_length: int, call_seconds: float) -> None:
         """The call ended with ``sequence`` (prompt + output, [1, T] or [T]): keep it, learn, apply when no call is in flight."""
         with self._lock:
             self._active -= 1
             self._lock.notify_all()
+        t0 = time.perf_counter()
         try:
             if sequence is not None and recorder is not None:
-                self.observe(sequence, recorder, prompt_length)
-                self.learn(call_seconds=call_seconds)
+                if self.config.time_share is not None:
+                    self._credit += self.config.time_share * call_seconds
+                self.observe(sequence, recorder, prompt_length)  # the guard's scoring is paid from the same credit
+                if self.config.time_share is not None:
+                    self._credit -= time.perf_counter() - t0
+                self._learn(None, budgeted=True)
         finally:
+            self.learn_seconds.append(time.perf_counter() - t0)
             with self._lock:
                 if self._pending and self._active == 0:
                     self._apply_locked()
@@ -271,6 +330,8 @@ class OnlineLearner:
         states = states[:rows]
         tokens = tokens[skip : skip + rows + 1]
         item = verified_item(tokens, states, prompt_length - skip, self.buffer_dtype)
+        if recorder.labels:
+            item = with_soft_labels(item, recorder.labels, skip)
         if self.config.guard:
             self._guard(item)
         self.buffer.add(item)
@@ -322,29 +383,35 @@ class OnlineLearner:
         trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train's loop, which online steps do not run
         return trainer
 
-    def learn(self, steps: int | None = None, call_seconds: float | None = None) -> int:
-        """Optimizer steps on the shadow weights: ``steps``, else the configured budget for a call of
-        ``call_seconds``. The result is applied to the drafter when no call is in flight. Returns the steps taken."""
+    def learn(self, steps: int) -> int:
+        """``steps`` optimizer steps on the shadow weights now (outside any budget; e.g. in idle time).
+        The result is applied to the drafter when no call is in flight. Returns the steps taken."""
+        t0 = time.perf_counter()
+        try:
+            return self._learn(steps, budgeted=False)
+        finally:
+            self.learn_seconds.append(time.perf_counter() - t0)
+
+    def _learn(self, steps: int | None, budgeted: bool) -> int:
+        """Steps on the shadow weights: ``steps``, or (``None``) the configured budget after a call,
+        stopping when ``budgeted`` and the time-share credit is spent."""
         cfg = self.config
         if not len(self.buffer):
-            self.learn_seconds.append(0.0)
             return 0
-        t0 = time.perf_counter()
         with self._learn_lock, torch.enable_grad():  # generate runs under no_grad; the learner's steps need gradients
             self._ensure_models()
             if self._trainer is None:
                 self._trainer = self._make_trainer()
             if steps is None:
-                if cfg.time_share is not None and call_seconds is not None:
-                    self._credit += cfg.time_share * call_seconds
                 steps = cfg.steps_per_call * cfg.learn_every if self.calls % cfg.learn_every == 0 else 0
+            budgeted = budgeted and cfg.time_share is not None
             from .feature_cache import FeatureCacheCollator
 
             collate = FeatureCacheCollator(self._pad_id())
             taken = 0
             optimizer = self._trainer.optimizer
             for _ in range(steps):
-                if cfg.time_share is not None and call_seconds is not None and self._credit <= 0:
+                if budgeted and self._credit <= 0:
                     break
                 s0 = time.perf_counter()
                 batch = collate(match_top_k(self.buffer.sample(cfg.batch_size, self._generator, newest=1,
@@ -358,13 +425,12 @@ class OnlineLearner:
                 optimizer.zero_grad(set_to_none=True)
                 self.steps += 1
                 taken += 1
-                if cfg.time_share is not None and call_seconds is not None:
+                if budgeted:
                     self._credit -= time.perf_counter() - s0
             self._shadow.eval()
             if taken:
                 with self._lock:
                     self._pending = True
-        self.learn_seconds.append(time.perf_counter() - t0)
         return taken
 
     def _pad_id(self) -> int:
@@ -387,7 +453,7 @@ class OnlineLearner:
             return
         self.guard_history.append({"call": self.calls, "adapted_tau": round(adapted, 4), "base_tau": round(base, 4)})
         self._window = (self._window + [adapted - base])[-cfg.guard_window :]
-        if len(self._window) >= cfg.guard_min_calls and sum(self._window) / len(self._window) < -cfg.guard_margin:
+        if len(self._window) >= cfg.guard_min_calls and guard_says_revert(self._window, cfg.guard_margin):
             self.revert()
 
     def revert(self) -> None:

@@ -10,9 +10,10 @@ format ``examples/train_drafter.py --feature-cache`` reads) comes out of generat
 target pass: for every token of prompt and answer, the read-layer states, the top-k
 log-probabilities of the next token and the log-probability of the token that actually follows.
 
-Prompts come from the training sources only: ShareGPT first user turns (``"sharegpt"``) and the
+Prompts come from the training sources only: ShareGPT first user turns (``"sharegpt"``), the
 offline code corpus's requests (``"code"``: standard-library functions and code-bearing ShareGPT
-chats). Every prompt sharing a line of 30 or more characters with any evaluation prompt (GSM8K,
+chats) and, when asked for, later ShareGPT user turns with the conversation so far as context
+(``"sharegpt-turns"``: first turns alone give about 11K prompts). Every prompt sharing a line of 30 or more characters with any evaluation prompt (GSM8K,
 HumanEval, MT-Bench, AIME25: the code corpus's overlap rule) is excluded, as are exact repeats. The
 order is fixed by the options, so an interrupted run resumes where its last shard ended.
 Alongside the cache, ``regeneration.json`` records the target, dtype, sources and counts, the
@@ -32,7 +33,8 @@ import torch
 from .feature_cache import FeatureCacheInfo, FeatureCacheWriter, load_feature_cache_info
 
 MANIFEST_NAME = "regeneration.json"
-SOURCES = ("sharegpt", "code")
+SOURCES = ("sharegpt", "code")  # the default sources
+ALL_SOURCES = (*SOURCES, "sharegpt-turns")  # later ShareGPT user turns, with the conversation so far as context
 
 
 @dataclass
@@ -53,9 +55,9 @@ class RegenerationConfig:
 
     def __post_init__(self):
         self.sources = tuple(self.sources)
-        unknown = set(self.sources) - set(SOURCES)
+        unknown = set(self.sources) - set(ALL_SOURCES)
         if unknown or not self.sources:
-            raise ValueError(f"unknown regeneration source(s) {sorted(unknown)}: choose from {SOURCES}")
+            raise ValueError(f"unknown regeneration source(s) {sorted(unknown)}: choose from {ALL_SOURCES}")
         if not 0.0 <= self.sampled_share <= 1.0:
             raise ValueError(f"sampled_share must lie in [0, 1], got {self.sampled_share}")
         if self.sampled_share > 0 and not self.temperature > 0:
@@ -111,14 +113,27 @@ def evaluation_lines(min_line_chars: int = 30) -> set[str]:
 
 
 def _source_turns(source: str):
-    """First user turns of a training source, in a fixed order."""
+    """A training source's prompts in a fixed order: a first user turn's text, or (``"sharegpt-turns"``)
+    the messages of a conversation up to one of its later user turns (the earlier answers are the
+    dataset's; the target answers the last turn)."""
     if source == "sharegpt":
         from ..data import sharegpt_chats
 
         return (m[0]["content"] for m in sharegpt_chats())
+    if source == "sharegpt-turns":
+        return _later_turns()
     from .code_corpus import code_chats
 
     return (m[0]["content"] for m in code_chats())
+
+
+def _later_turns():
+    from ..data import sharegpt_chats
+
+    for chat in sharegpt_chats(max_turns=8):
+        for end in range(3, len(chat), 2):  # chat[:end] ends with user turn 2, 3, ...
+            if chat[end - 1]["role"] == "user":
+                yield chat[:end]
 
 
 def regeneration_prompts(tokenizer, config: RegenerationConfig, exclude: set[str] | None = None) -> tuple[list[RegenerationPrompt], dict]:
@@ -140,16 +155,18 @@ def regeneration_prompts(tokenizer, config: RegenerationConfig, exclude: set[str
             if len(out) >= config.num_prompts:
                 break
             for text in streams[source]:
-                digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+                messages = [{"role": "user", "content": text}] if isinstance(text, str) else list(text)
+                key = text if isinstance(text, str) else json.dumps(messages, ensure_ascii=False)
+                digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
                 if digest in seen:
                     stats[source]["repeats"] += 1
                     continue
                 seen.add(digest)
-                if overlaps([{"content": text}], exclude):
+                if overlaps(messages, exclude):
                     stats[source]["overlapping"] += 1
                     continue
                 # the chat template with its generation prompt; a base model's tokenizer has none: the text itself
-                ids = chat_input_ids(tokenizer, [{"role": "user", "content": text}])[0].tolist()
+                ids = chat_input_ids(tokenizer, messages)[0].tolist()
                 if len(ids) > config.max_prompt_tokens:
                     stats[source]["too_long"] += 1
                     continue

@@ -4,8 +4,9 @@ Online learning (:mod:`hf_jetspec.training.online`) keeps what each ``generate``
 committed tokens and the target's read-layer states at their positions, the very tensors an offline
 :class:`~hf_jetspec.training.FeatureCacheDataset` item holds. The label at position ``t`` is the token
 the target committed at ``t + 1`` (its argmax under greedy decoding, its sample under sampling), stored
-as a top-1 distribution, so the items train through :class:`~hf_jetspec.training.JetSpecTrainer`'s
-cached-feature path unchanged.
+as a top-1 distribution (the online learner replaces it by the target's recorded top-k distribution
+where it has one, :func:`~hf_jetspec.training.online.with_soft_labels`), so the items train through
+:class:`~hf_jetspec.training.JetSpecTrainer`'s cached-feature path unchanged.
 
 The buffer is bounded in bytes: adding past ``max_bytes`` drops the oldest items first. An optional
 *generic* pool, seeded from an offline feature cache and bounded separately, mixes a share of broad

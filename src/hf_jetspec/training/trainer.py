@@ -134,6 +134,9 @@ class JetSpecTrainer(FrozenTargetTrainer):
         pos = (anchors[..., None] + torch.arange(gamma)).clamp(max=ids.shape[1] - 1)
         label_logits = labels_at(pos)
         weights = w_slot[None, None, :] * valid[..., None].float()
+        # a label with no token inside the draft vocabulary (every stored token outside it) says nothing
+        # the drafter can learn: its softmax would be uniform, so it gets no weight
+        weights = weights * (label_logits.max(-1).values > MISSING_LOGIT / 2).float().to(weights.device)
         if labels == "erase":
             p_next = next_logprob.exp()
             weights = weights * survival_gate(torch.gather(p_next[:, None, :].expand(-1, anchors.shape[1], -1), 2, pos))
