@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 
 import torch
 
@@ -129,8 +130,6 @@ def _jetspec_decoding(original, self, input_ids, *args, **kwargs):
     transformers' (the generator's statistics handed to the drafter), cut at the first stop. With an
     online learner on the assistant, the call is counted in flight (no weight swap inside it), its
     verified states are recorded, and the learner takes them when it ends."""
-    import time
-
     drafter = kwargs.get("assistant_model")
     learner = None
     if not _is_drafter_free(drafter):

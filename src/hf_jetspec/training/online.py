@@ -125,6 +125,7 @@ class CallRecorder:
         self.label_top_k = label_top_k
         self.rows: list[torch.Tensor] = []
         self.count = 0
+        self.dropped_prefix = 0  # prompt rows beyond max_context, not kept
         self.labels: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # position -> (top-k ids, log-probabilities)
 
     def add_labels(self, first_position: int, logits: torch.Tensor) -> None:
@@ -142,14 +143,10 @@ class CallRecorder:
         cat = torch.cat(states, dim=-1) if isinstance(states, (list, tuple)) else states
         rows = cat[0]
         if self.count == 0 and rows.shape[0] > self.max_context:  # the prompt: only its newest rows
-            self.dropped = rows.shape[0] - self.max_context
+            self.dropped_prefix = rows.shape[0] - self.max_context
             rows = rows[-self.max_context :]
         self.rows.append(rows.detach().to("cpu", self.dtype))
         self.count += int(cat.shape[1])
-
-    @property
-    def dropped_prefix(self) -> int:
-        return getattr(self, "dropped", 0)
 
     def states(self) -> torch.Tensor | None:
         return torch.cat(self.rows, dim=0) if self.rows else None
@@ -329,7 +326,7 @@ class OnlineLearner:
             return False
         states = states[:rows]
         tokens = tokens[skip : skip + rows + 1]
-        item = verified_item(tokens, states, prompt_length - skip, self.buffer_dtype)
+        item = verified_item(tokens, states, prompt_length - skip, recorder.dtype)
         if recorder.labels:
             item = with_soft_labels(item, recorder.labels, skip)
         if self.config.guard:
@@ -337,10 +334,6 @@ class OnlineLearner:
         self.buffer.add(item)
         self.kept += 1
         return True
-
-    @property
-    def buffer_dtype(self) -> torch.dtype:
-        return torch.bfloat16
 
     # ------------------------------------------------------------------ learning
     def _ensure_models(self) -> None:
