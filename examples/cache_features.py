@@ -40,7 +40,8 @@ def main() -> None:
                     help="keep the corpus in file order instead of shuffling it with --seed (training shuffles anyway), so that "
                          "a larger --num-sequences extends the same list: how a cache grows over several --resume runs")
     ap.add_argument("--layers", default=None, help="comma list of target layers to store (default: the drafter's, or the default read layers)")
-    ap.add_argument("--states-dtype", default="float16", choices=["float16", "bfloat16"], help="bfloat16 keeps a bf16 target's large activations")
+    ap.add_argument("--states-dtype", default="float16", choices=["float16", "bfloat16", "float8_e4m3fn"],
+                    help="bfloat16 keeps a bf16 target's large activations; float8_e4m3fn halves the disk (scaled per layer)")
     ap.add_argument("--output", required=True)
     ap.add_argument("--dtype", default="float32", choices=["auto", "bfloat16", "float32"],
                     help="the frozen target's dtype (auto: bf16 where the CPU/GPU has native bf16); the recorded recipes used float32")

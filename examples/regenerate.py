@@ -38,6 +38,8 @@ def main() -> None:
     ap.add_argument("--shard-sequences", type=int, default=128)
     ap.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"], help="auto: bf16 where the CPU/GPU has it natively")
     ap.add_argument("--device", default=None, help="cpu or cuda (default: the loader's choice)")
+    ap.add_argument("--states-storage", default="auto", choices=["auto", "float16", "bfloat16", "float8_e4m3fn"],
+                    help="how read-layer states are stored (auto: the target's 16-bit dtype); float8_e4m3fn halves the disk, scaled per layer")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--output", required=True)
     args = ap.parse_args()
@@ -49,7 +51,7 @@ def main() -> None:
         sources=tuple(s.strip() for s in args.sources.split(",")), num_prompts=args.num_prompts, max_prompt_tokens=args.max_prompt_tokens,
         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, sampled_share=args.sampled_share, temperature=args.temperature,
         top_k=args.top_k, seed=args.seed, shard_sequences=args.shard_sequences,
-        states_dtype="bfloat16" if str(target.dtype) == "torch.bfloat16" else "float16",
+        states_dtype=args.states_storage if args.states_storage != "auto" else "bfloat16" if str(target.dtype) == "torch.bfloat16" else "float16",
     )
     manifest = regenerate(target, tokenizer, args.output, layer_ids, config, target_name=args.target, resume=args.resume)
     print(f"{manifest.num_sequences} sequences ({manifest.greedy} greedy, {manifest.sampled} sampled), {manifest.generated_tokens} "

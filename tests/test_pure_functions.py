@@ -1,5 +1,6 @@
 """Small pure functions on hand-checkable numbers."""
 
+import pytest
 import torch
 
 from hf_jetspec import default_target_layer_ids
@@ -149,3 +150,18 @@ def test_position_acceptance_by_hand():
         stats.round_sources.append(source)
     assert stats.position_acceptance("drafter") == [(2, 1), (1, 1), (0, 0)]
     assert stats.position_acceptance("ngram") == [(1, 1), (1, 1), (1, 0)]
+
+
+def test_float8_state_storage_on_hand_numbers():
+    """One scale per layer slice (absmax / 448): 896 -> 448 * 2 and 1 -> 0.5 * 2 are exact in e4m3; an
+    all-zero slice keeps scale 1; -1 under scale 3.3 / 448 is -135.8, which e4m3 (step 16 between 128
+    and 256) rounds to -128, read back as -128 * 3.3 / 448 = -0.9429."""
+    from hf_jetspec.training.feature_cache import dequantize_states, quantize_states
+
+    states = torch.tensor([[896.0, 1.0, 0.0, 0.0], [3.3, -1.0, 0.0, 2.0]])
+    q, scale = quantize_states(states, num_layers=2)
+    assert q.dtype == torch.float8_e4m3fn and torch.allclose(scale, torch.tensor([[2.0, 1.0], [3.3 / 448, 2.0 / 448]]))
+    back = dequantize_states(q, scale, torch.float32)
+    assert back[0].tolist() == [896.0, 1.0, 0.0, 0.0]
+    assert back[1, 0].item() == pytest.approx(3.3, rel=1e-6) and back[1, 1].item() == pytest.approx(-128 * 3.3 / 448, rel=1e-6)
+    assert back[1, 3].item() == 2.0

@@ -120,6 +120,30 @@ def test_regenerate_writes_a_resumable_cache_with_its_manifest(llama_target, tmp
         regenerate(llama_target, CharTokenizer(), tmp_path / "full", LAYERS, other, "tiny", prompts, resume=True, progress=False)
 
 
+def test_float8_states_halve_the_cache_and_read_back_within_e4m3_rounding(llama_target, tmp_path):
+    """states_dtype="float8_e4m3fn": one scale per layer and token, 8-bit values, bf16 on reading,
+    within e4m3's relative step (1/16 of each layer slice's largest magnitude) of the 16-bit cache's."""
+    prompts = [RegenerationPrompt("sharegpt", p, f"h{i}") for i, p in enumerate(PROMPTS[:3])]
+    runs = {}
+    for storage in ("float16", "float8_e4m3fn"):
+        config = RegenerationConfig(num_prompts=3, max_new_tokens=5, batch_size=3, top_k=4, states_dtype=storage)
+        regenerate(llama_target, CharTokenizer(), tmp_path / storage, LAYERS, config, "tiny", prompts, progress=False)
+        runs[storage] = FeatureCacheDataset(tmp_path / storage)
+    assert runs["float8_e4m3fn"].info.states_storage == "float8_e4m3fn" and runs["float16"].info.states_storage == ""
+    size = {k: sum(f.stat().st_size for f in (tmp_path / k).glob("features-*")) for k in runs}
+    assert size["float8_e4m3fn"] < size["float16"]
+    hidden = llama_target.config.hidden_size
+    for i in range(3):
+        exact, stored = runs["float16"][i]["states"].float(), runs["float8_e4m3fn"][i]["states"]
+        assert stored.dtype == torch.bfloat16 and torch.equal(runs["float16"][i]["input_ids"], runs["float8_e4m3fn"][i]["input_ids"])
+        peak = exact.view(len(exact), len(LAYERS), hidden).abs().amax(-1, keepdim=True)
+        assert ((stored.float() - exact).view(len(exact), len(LAYERS), hidden).abs() <= peak / 16 + 1e-3).all()
+    one_layer = FeatureCacheDataset(tmp_path / "float8_e4m3fn", layer_ids=[2])  # a column subset after dequantising
+    assert torch.equal(one_layer[0]["states"], runs["float8_e4m3fn"][0]["states"][:, hidden:])
+    with pytest.raises(ValueError, match="states_dtype must be one of"):
+        RegenerationConfig(states_dtype="int8")
+
+
 def test_prompt_selection_excludes_evaluation_overlap_repeats_and_long_prompts(monkeypatch):
     import hf_jetspec.training.regenerate as regen
 
@@ -133,7 +157,7 @@ def test_prompt_selection_excludes_evaluation_overlap_repeats_and_long_prompts(m
     prompts, stats = regeneration_prompts(CharTokenizer(), config, exclude={evaluation})
     texts = [p.source for p in prompts]
     assert texts == ["sharegpt", "code", "sharegpt", "code", "sharegpt"]  # taken in turn
-    assert stats["sharegpt"] == {"prompts": 3, "overlapping": 1, "repeats": 1, "too_long": 1}
+    assert stats["sharegpt"] == {"prompts": 3, "overlapping": 1, "repeats": 1, "too_long": 1, "context_cut": 0}
     assert stats["code"]["prompts"] == 2
     assert sum(p.sampled for p in prompts) == 2  # 40% of 5, spread over the run
     assert len({p.sha256 for p in prompts}) == 5
@@ -194,3 +218,8 @@ def test_later_turns_carry_the_conversation_so_far(monkeypatch):
     assert len(prompts[1].input_ids) > len(prompts[0].input_ids)  # the longer context
     blocked, stats = regeneration_prompts(ChatTokenizer(), config, exclude={"a2"})
     assert len(blocked) == 2  # lines under 30 characters never overlap
+    # a conversation longer than the prompt limit keeps its newest exchanges that fit, the last user turn always
+    short = RegenerationConfig(sources=("sharegpt-turns",), num_prompts=5, max_prompt_tokens=len("<u>q2<a>a2<u>q3<a>"))
+    cut, stats = regeneration_prompts(ChatTokenizer(), short, exclude=set())
+    assert [p.input_ids for p in cut] == [prompts[0].input_ids, [ord(c) % 97 for c in "<u>q2<a>a2<u>q3<a>"]]
+    assert stats["sharegpt-turns"]["context_cut"] == 1

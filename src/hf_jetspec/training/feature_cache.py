@@ -12,6 +12,13 @@ Layout of a cache folder: ``feature_cache.json`` (target signature, read layers,
 ``features-NNNNN.safetensors`` shards holding, for sequence i, ``{i}.input_ids``, ``{i}.states``
 [T, n_read * H] (float16, or bfloat16), ``{i}.topk_ids`` [T, k] (int32), ``{i}.topk_logprobs`` [T, k]
 (float16) and ``{i}.next_logprob`` [T] (float32), and ``{i}.response_start``.
+
+Large caches can store the states in 8-bit floats (``states_storage="float8_e4m3fn"``, the
+index records it): each layer's slice of a token's states is divided by its own scale (absmax /
+448, kept in ``{i}.states_scale`` [T, n_read], float32) and rounded to e4m3, which keeps 3
+mantissa bits (relative error at most 1/16) over a range that the massive activations of a few
+channels do not flatten, at 2.9 KB per token for five 576-wide layers instead of 5.8 KB. Reading
+dequantises to bfloat16.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from torch.utils.data import Dataset
 
 INDEX_NAME = "feature_cache.json"
 MISSING_LOGIT = -1.0e4  # logit of tokens outside the stored top-k (probability exactly 0 in float32)
+STATE_STORAGES = ("float16", "bfloat16", "float8_e4m3fn")
+FP8_MAX = 448.0  # the largest finite float8_e4m3fn
 
 
 @dataclass
@@ -45,6 +54,7 @@ class FeatureCacheInfo:
     shards: list[dict] = field(default_factory=list)  # {"file": name, "first": i0, "count": n}
     corpus_order: str = ""  # how the builder ordered its corpus ("source": a prefix-stable order, or e.g. "shuffled:0")
     corpus_size: int = 0  # sequences the build was asked for
+    states_storage: str = ""  # "float8_e4m3fn": states stored scaled in 8 bits (else as written: float16 or bfloat16)
 
     def check_drafter(self, drafter) -> None:
         c = drafter.config
@@ -67,6 +77,24 @@ def read_layer_ids(target, layers: str | None = None, drafter: str | None = None
     if drafter:
         return list(JetSpecDrafterConfig.from_pretrained(drafter).target_layer_ids)
     return default_target_layer_ids(target.config.get_text_config().num_hidden_layers)
+
+
+def quantize_states(states: torch.Tensor, num_layers: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """States [T, L * H] -> (float8_e4m3fn [T, L * H], float32 scales [T, L]): every layer's slice of
+    a row is divided by absmax / 448 (1 for an all-zero slice) before rounding."""
+    t, width = states.shape
+    x = states.float().view(t, num_layers, width // num_layers)
+    scale = x.abs().amax(-1) / FP8_MAX
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = (x / scale[..., None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return q.view(t, width), scale
+
+
+def dequantize_states(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """The inverse of :func:`quantize_states` (up to rounding), in ``dtype``."""
+    t, width = q.shape
+    x = q.float().view(t, scale.shape[-1], width // scale.shape[-1]) * scale.float()[..., None]
+    return x.view(t, width).to(dtype)
 
 
 def layer_columns(stored: list[int], wanted: list[int], hidden: int) -> torch.Tensor | None:
@@ -114,6 +142,8 @@ def build_feature_cache(target, corpus: list[dict], layer_ids: list[int], folder
     info = FeatureCacheInfo(cfg.model_type, cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size, list(layer_ids), int(top_k))
     states_dtype = states_dtype or torch.float16
     info.corpus_order = corpus_order
+    if states_dtype == torch.float8_e4m3fn:
+        info.states_storage, states_dtype = "float8_e4m3fn", torch.bfloat16  # quantised by the writer
     done = 0
     if resume and os.path.isfile(os.path.join(folder, INDEX_NAME)):
         old = load_feature_cache_info(folder)
@@ -122,6 +152,9 @@ def build_feature_cache(target, corpus: list[dict], layer_ids: list[int], folder
         if mine != theirs:
             raise ValueError(f"cannot resume the cache in {folder}: it holds {theirs} (target type, hidden, layers, vocab, read layers, "
                              f"top-k), this build makes {mine}")
+        if old.states_storage != info.states_storage:
+            raise ValueError(f"cannot resume the cache in {folder}: its states are stored as {old.states_storage or 'written'!r}, "
+                             f"this build asks for {info.states_storage or 'written'!r}")
         if old.corpus_order != corpus_order:
             raise ValueError(f"cannot resume the cache in {folder}: it was built from a corpus in order {old.corpus_order!r}, "
                              f"this build passes {corpus_order!r}")
@@ -177,6 +210,9 @@ class FeatureCacheWriter:
     def add(self, index: int, item: dict) -> bool:
         """Queue sequence ``index`` (``input_ids``, ``response_start``, ``states``, ``topk_ids``,
         ``topk_logprobs``, ``next_logprob``); returns whether a shard was written."""
+        if self.info.states_storage == "float8_e4m3fn" and "states" in item:
+            q, scale = quantize_states(item["states"], len(self.info.target_layer_ids))
+            item = {**item, "states": q, "states_scale": scale}
         for name, value in item.items():
             self.pending[f"{index}.{name}"] = value.contiguous().clone()
         if index + 1 - self.first >= self.shard_sequences:
@@ -213,9 +249,12 @@ def load_feature_cache_info(folder: str | os.PathLike) -> FeatureCacheInfo:
         raise FileNotFoundError(f"no {INDEX_NAME} in {folder}: build the cache with examples/cache_features.py (build_feature_cache)")
     try:
         with open(path) as f:
-            return FeatureCacheInfo(**json.load(f))
+            info = FeatureCacheInfo(**json.load(f))
     except (json.JSONDecodeError, TypeError) as e:
         raise ValueError(f"{path} is not a valid feature-cache index ({e}); rebuild the cache") from e
+    if info.states_storage not in ("", *STATE_STORAGES):
+        raise ValueError(f"{path} stores states as {info.states_storage!r}, which this version cannot read (known: {STATE_STORAGES})")
+    return info
 
 
 class FeatureCacheDataset(Dataset):
@@ -259,6 +298,8 @@ class FeatureCacheDataset(Dataset):
         path, i = self._where[idx]
         f = self._handle(path)
         item = {name: f.get_tensor(f"{i}.{name}") for name in ("input_ids", "states", "topk_ids", "topk_logprobs", "next_logprob")}
+        if item["states"].dtype == torch.float8_e4m3fn:
+            item["states"] = dequantize_states(item["states"], f.get_tensor(f"{i}.states_scale"))
         if self._columns is not None:
             item["states"] = item["states"].index_select(-1, self._columns)
         item["response_start"] = int(f.get_tensor(f"{i}.response_start")[0])

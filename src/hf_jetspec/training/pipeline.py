@@ -183,7 +183,7 @@ def run_pipeline(target, tokenizer, output: str | os.PathLike, config: PipelineC
 
     # 1. regenerate
     regen_cfg = config.regeneration
-    if str(target.dtype) == "torch.bfloat16" and regen_cfg.states_dtype != "bfloat16":
+    if str(target.dtype) == "torch.bfloat16" and regen_cfg.states_dtype == "float16":
         regen_cfg = replace(regen_cfg, states_dtype="bfloat16")
     cache_dir = os.path.join(out, "regenerated")
     final = os.path.join(out, "drafter")

@@ -13,7 +13,8 @@ log-probabilities of the next token and the log-probability of the token that ac
 Prompts come from the training sources only: ShareGPT first user turns (``"sharegpt"``), the
 offline code corpus's requests (``"code"``: standard-library functions and code-bearing ShareGPT
 chats) and, when asked for, later ShareGPT user turns with the conversation so far as context
-(``"sharegpt-turns"``: first turns alone give about 11K prompts). Every prompt sharing a line of 30 or more characters with any evaluation prompt (GSM8K,
+(``"sharegpt-turns"``: first turns alone give about 7K prompts within 256 tokens; a later turn keeps the
+newest exchanges of its conversation that fit the prompt length). Every prompt sharing a line of 30 or more characters with any evaluation prompt (GSM8K,
 HumanEval, MT-Bench, AIME25: the code corpus's overlap rule) is excluded, as are exact repeats. The
 order is fixed by the options, so an interrupted run resumes where its last shard ended.
 Alongside the cache, ``regeneration.json`` records the target, dtype, sources and counts, the
@@ -30,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .feature_cache import FeatureCacheInfo, FeatureCacheWriter, load_feature_cache_info
+from .feature_cache import STATE_STORAGES, FeatureCacheInfo, FeatureCacheWriter, load_feature_cache_info
 
 MANIFEST_NAME = "regeneration.json"
 SOURCES = ("sharegpt", "code")  # the default sources
@@ -51,7 +52,7 @@ class RegenerationConfig:
     top_k: int = 64
     seed: int = 0
     shard_sequences: int = 256
-    states_dtype: str = "float16"  # "bfloat16" keeps a bf16 target's large activations
+    states_dtype: str = "float16"  # "bfloat16" keeps a bf16 target's large activations; "float8_e4m3fn" halves the disk (scaled per layer)
 
     def __post_init__(self):
         self.sources = tuple(self.sources)
@@ -65,8 +66,8 @@ class RegenerationConfig:
         for name in ("num_prompts", "max_prompt_tokens", "max_new_tokens", "batch_size", "top_k", "shard_sequences"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1")
-        if self.states_dtype not in ("float16", "bfloat16"):
-            raise ValueError(f"states_dtype must be 'float16' or 'bfloat16', got {self.states_dtype!r}")
+        if self.states_dtype not in STATE_STORAGES:
+            raise ValueError(f"states_dtype must be one of {STATE_STORAGES}, got {self.states_dtype!r}")
 
 
 @dataclass
@@ -139,14 +140,16 @@ def _later_turns():
 def regeneration_prompts(tokenizer, config: RegenerationConfig, exclude: set[str] | None = None) -> tuple[list[RegenerationPrompt], dict]:
     """``config.num_prompts`` prompts, taken in turn from each source (a fixed order), chat-templated,
     without overlap with ``exclude`` (evaluation lines; default :func:`evaluation_lines`), repeats
-    or prompts over ``max_prompt_tokens``. Returns the prompts and per-source counts. The first
+    or prompts over ``max_prompt_tokens``. A later turn whose conversation is longer keeps only its
+    newest exchanges that fit (``context_cut`` counts them; overlap and repeats are judged on the
+    whole conversation). Returns the prompts and per-source counts. The first
     ``round(sampled_share * i)`` changes at prompt ``i`` mark the prompts to sample, spread evenly."""
     from ..data import chat_input_ids
     from .code_corpus import overlaps
 
     exclude = evaluation_lines() if exclude is None else exclude
     streams = {s: _source_turns(s) for s in config.sources}
-    stats = {s: {"prompts": 0, "overlapping": 0, "repeats": 0, "too_long": 0} for s in config.sources}
+    stats = {s: {"prompts": 0, "overlapping": 0, "repeats": 0, "too_long": 0, "context_cut": 0} for s in config.sources}
     seen: set[str] = set()
     out: list[RegenerationPrompt] = []
     live = list(config.sources)
@@ -167,6 +170,10 @@ def regeneration_prompts(tokenizer, config: RegenerationConfig, exclude: set[str
                     continue
                 # the chat template with its generation prompt; a base model's tokenizer has none: the text itself
                 ids = chat_input_ids(tokenizer, messages)[0].tolist()
+                while len(ids) > config.max_prompt_tokens and len(messages) > 2:
+                    messages = messages[2:]  # a later turn keeps the newest exchanges that fit: the oldest goes first
+                    ids = chat_input_ids(tokenizer, messages)[0].tolist()
+                    stats[source]["context_cut"] += 1 if len(ids) <= config.max_prompt_tokens else 0
                 if len(ids) > config.max_prompt_tokens:
                     stats[source]["too_long"] += 1
                     continue
@@ -277,7 +284,8 @@ def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int
         raise ValueError("no regeneration prompts: every candidate was excluded or the sources are empty")
     cfg = target.config.get_text_config()
     info = FeatureCacheInfo(cfg.model_type, cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size, list(layer_ids), int(config.top_k),
-                            corpus_order=f"regenerated:{config.seed}", corpus_size=len(prompts))
+                            corpus_order=f"regenerated:{config.seed}", corpus_size=len(prompts),
+                            states_storage="float8_e4m3fn" if config.states_dtype == "float8_e4m3fn" else "")
     manifest = RegenerationManifest(target_name or getattr(target, "name_or_path", ""), str(target.dtype).replace("torch.", ""),
                                     asdict(config) | {"sources": list(config.sources)}, list(layer_ids), source_stats or {},
                                     [p.sha256 for p in prompts])
@@ -313,7 +321,8 @@ def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int
     eos = target.generation_config.eos_token_id
     eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos_ids), 0)
-    states_dtype = getattr(torch, config.states_dtype)
+    # float8 storage is quantised by the writer, per layer, from bfloat16 rows
+    states_dtype = torch.bfloat16 if config.states_dtype == "float8_e4m3fn" else getattr(torch, config.states_dtype)
     torch.manual_seed(config.seed + done)
     target.eval()
     bar = tqdm(total=len(prompts), initial=done, desc="regenerating", unit="prompt", disable=not progress)
