@@ -25,6 +25,7 @@ from hf_jetspec.policy import (
     fit_acceptance,
     interpolate_monotone,
     node_features,
+    periodic_continuation,
     position_bucket,
     propose_ngram,
     score_bin,
@@ -158,6 +159,17 @@ def test_ngram_index_longest_most_recent_match():
     assert idx.lookup(2) == ([8, 2], 3)
 
 
+def test_a_match_near_the_end_runs_on_as_a_copy_of_itself():
+    """(5, 6) last occurred at 1..2, three tokens back: what followed it, 5 and 6, is the start of a
+    loop of period 2, so the proposal goes on 5, 6, 5, 6 rather than stopping at the sequence's end."""
+    idx = NgramIndex(max_ngram=4)
+    idx.extend([7, 5, 6, 5, 6])
+    assert idx.lookup(6) == ([5, 6, 5, 6, 5, 6], 2)
+    assert periodic_continuation([1, 2, 3, 9, 1, 2], 4, 5) == [1, 2, 1, 2, 1]  # period 2
+    assert periodic_continuation([4, 8, 4, 8, 3], 2, 5) == [4, 8, 3, 4, 8]  # period 3: the lap includes the 3
+    assert periodic_continuation([1, 2, 3], 1, 2) == [2, 3]  # enough tokens: no copy
+
+
 def test_ngram_index_no_match_and_incremental_equals_batch():
     idx = NgramIndex(max_ngram=2)
     idx.extend([1, 2, 3])
@@ -211,9 +223,11 @@ def test_output_memory_acceptance_counts():
     prop = NgramProposal([1, 2, 3], "sequence", 2)
     assert mem.accept_probs(prop) == [0.5, 0.5, 0.5]
     mem.observe(prop, verified=3, accepted=1)  # position 1 accepted, 2 rejected, 3 unseen
-    assert mem.accept_probs(prop) == pytest.approx([2 / 3, 1 / 3, 0.5])
+    # p1 = (1 + 1) / (1 + 2); p2 = (0 + 2 p1) / (1 + 2) = 4/9; p3, unseen, keeps p2
+    assert mem.accept_probs(prop) == pytest.approx([2 / 3, 4 / 9, 4 / 9])
     mem.observe(prop, verified=3, accepted=3)
-    assert mem.accept_probs(prop) == pytest.approx([3 / 4, 2 / 4, 2 / 3])
+    # p1 = 3/4; p2 = (1 + 2 * 3/4) / (2 + 2) = 0.625; p3 = (1 + 2 * 0.625) / (1 + 2) = 0.75
+    assert mem.accept_probs(prop) == pytest.approx([3 / 4, 0.625, 0.75])
     other = NgramProposal([1], "memory", 3)  # another source keeps its own counts
     assert mem.accept_probs(other) == [0.5]
 
@@ -271,6 +285,7 @@ def test_a_drafter_whose_drafts_are_never_accepted_soon_stops_being_verified(lla
 
     monkeypatch.setattr(policy_module, "cost_profile_for", lambda target, n: ([1, 2, 16, 32], [0.010, 0.016, 0.020, 0.026]))
     monkeypatch.setattr(CostModel, "draft_cost", lambda self, passes: 0.005 * passes)
+    monkeypatch.setattr(CostModel, "observe_verify", lambda self, n, seconds: None)  # the prices above, whatever the machine's load
     prompt = torch.tensor([[5, 17, 33, 2, 90, 41, 7, 12]])
     plain = llama_target.generate(prompt, do_sample=False, max_new_tokens=120)
     never = next(t for t in range(llama_target.config.vocab_size) if t not in plain[0].tolist())

@@ -165,3 +165,23 @@ def test_float8_state_storage_on_hand_numbers():
     assert back[0].tolist() == [896.0, 1.0, 0.0, 0.0]
     assert back[1, 0].item() == pytest.approx(3.3, rel=1e-6) and back[1, 1].item() == pytest.approx(-128 * 3.3 / 448, rel=1e-6)
     assert back[1, 3].item() == 2.0
+
+
+def test_data_scaling_line_on_hand_numbers():
+    """tau 1.5 at 1,000 answers and 1.8 at 10,000: slope 0.3 a tenfold (0.0903 a doubling), intercept
+    0.6; the line reaches 2.0 at 10^((2.0 - 0.6) / 0.3) = 46,416 answers and gives 2.34 at 800K."""
+    from hf_jetspec.training.scaling import answers_for_tau, fit_log_linear, regeneration_cpu_hours, tau_at
+
+    fit = fit_log_linear([1000, 10000], [1.5, 1.8])
+    assert fit.slope == pytest.approx(0.3) and fit.intercept == pytest.approx(0.6) and fit.per_doubling == pytest.approx(0.0903, abs=1e-4)
+    assert answers_for_tau(fit, 2.0) == pytest.approx(46415.9, rel=1e-5)
+    assert tau_at(fit, 800_000) == pytest.approx(0.6 + 0.3 * 5.90309, rel=1e-6)
+    three = fit_log_linear([1000, 10000, 100000], [1.5, 1.9, 2.1])  # least squares: slope (2.1 - 1.5) / 2
+    assert three.slope == pytest.approx(0.3) and three.intercept == pytest.approx(1.8333333 - 0.3 * 4)
+    assert answers_for_tau(fit_log_linear([1000, 2000], [1.6, 1.6]), 2.0) == float("inf")
+    with pytest.raises(ValueError, match="two or more"):
+        fit_log_linear([3000, 3000], [1.5, 1.6])
+    manifest = {"num_sequences": 4000, "cpu_seconds": 7200.0}
+    assert regeneration_cpu_hours(manifest, 1000) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="holds 4000"):
+        regeneration_cpu_hours(manifest, 5000)

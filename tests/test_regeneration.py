@@ -102,6 +102,12 @@ def test_regenerate_writes_a_resumable_cache_with_its_manifest(llama_target, tmp
     assert part.num_sequences == 3
     resumed = regenerate(llama_target, CharTokenizer(), tmp_path / "part", LAYERS, config, "tiny", prompts, resume=True, progress=False)
     assert resumed.num_sequences == 5
+    # the manifest's counts agree with what the resumed cache holds, and with the uninterrupted run's
+    saved = json.loads((tmp_path / "part" / MANIFEST_NAME).read_text())
+    cache = FeatureCacheDataset(tmp_path / "part")
+    assert saved["num_sequences"] == len(cache) == saved["greedy"] + saved["sampled"] == cache.info.num_sequences
+    assert saved["generated_tokens"] == sum(len(x["input_ids"]) - x["response_start"] for x in cache) == full.generated_tokens
+    assert saved["prompts_sha256"] == manifest["prompts_sha256"]
     # CPU time adds up over stints: the cost axis of recipe comparisons
     assert 0 < part.cpu_seconds < resumed.cpu_seconds and resumed.cpu_seconds_from == 0
     again = FeatureCacheDataset(tmp_path / "part")

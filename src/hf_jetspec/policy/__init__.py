@@ -2,7 +2,7 @@
 
 from .acceptance import ACCEPTANCE_CALIBRATION_NAME, AcceptanceModel, AcceptanceRecord, acceptance_features, fit_acceptance, node_features
 from .cost_model import CostModel, cost_profile_for, interpolate_monotone, profile_forward_cost
-from .ngram import NgramIndex, NgramProposal, OutputMemory, propose_ngram
+from .ngram import NgramIndex, NgramProposal, OutputMemory, periodic_continuation, propose_ngram
 from .round_policy import Candidate, DraftGate, RoundChoice, best_candidate
 from .score_calibration import ScoreCalibration, chain_conditionals, position_bucket, score_bin
 from .verify_length import VerifyChoice, choose_tree_size, choose_verify_length, expected_committed, expected_committed_tree
@@ -31,6 +31,7 @@ __all__ = [
     "fit_acceptance",
     "interpolate_monotone",
     "node_features",
+    "periodic_continuation",
     "profile_forward_cost",
     "propose_ngram",
     "position_bucket",

@@ -28,6 +28,18 @@ class NgramProposal:
     match_length: int
 
 
+def periodic_continuation(seq: list[int], pos: int, max_tokens: int) -> list[int]:
+    """What follows ``seq[:pos]``'s match, up to ``max_tokens``: ``seq[pos:]`` and then, where that runs
+    out, the copy continued with its own tokens (an overlapping copy, period ``len(seq) - pos``). The
+    suffix that matched before ``pos`` recurs every ``len(seq) - pos`` tokens, so a loop proposes
+    whole further laps rather than stopping at the end of the sequence."""
+    out = seq[pos : pos + max_tokens]
+    period = len(seq) - pos
+    while len(out) < max_tokens and period > 0:
+        out.append(out[len(out) - period])
+    return out
+
+
 class NgramIndex:
     """Incremental index of one token sequence: n-gram -> position right after its latest occurrence."""
 
@@ -52,13 +64,14 @@ class NgramIndex:
                 self._next[tuple(seq[j - n + 1 : j + 1])] = j + 1
 
     def lookup(self, max_tokens: int, min_ngram: int | None = None) -> tuple[list[int], int]:
-        """``(continuation, matched n)`` of the longest indexed suffix, or ``([], 0)``."""
+        """``(continuation, matched n)`` of the longest indexed suffix, or ``([], 0)``. A match close to
+        the end runs on as a copy of itself (:func:`periodic_continuation`)."""
         seq = self.tokens
         lo = self.min_ngram if min_ngram is None else max(min_ngram, self.min_ngram)
         for n in range(min(self.max_ngram, len(seq)), lo - 1, -1):
             pos = self._next.get(tuple(seq[len(seq) - n :]))
             if pos is not None:
-                return seq[pos : pos + max_tokens], n
+                return periodic_continuation(seq, pos, max_tokens), n
         return [], 0
 
     def suffix(self, n: int) -> tuple[int, ...]:
@@ -155,12 +168,20 @@ class OutputMemory:
         return (source, min(match_length, 4), self.bucket(position))
 
     def accept_probs(self, proposal: NgramProposal) -> list[float]:
-        """Running conditional acceptance rate of each proposed position (Beta-smoothed counts)."""
+        """Running conditional acceptance rate of each proposed position: the first position's counts
+        smoothed by the Beta ``prior``, each later position's smoothed towards the estimate of the
+        position before it (with the prior's weight). A position that rounds have not yet reached
+        (verification stops at the chosen length) is thus judged by the positions before it rather
+        than by a flat prior: in a copy regime the deeper positions accept as often as the earlier
+        ones, and a flat 0.5 would keep the policy from ever verifying far enough to find out."""
         a0, b0 = self.prior
-        out = []
+        out: list[float] = []
         for i in range(1, len(proposal.tokens) + 1):
             acc, rej = self._counts.get(self._key(proposal.source, proposal.match_length, i), (0.0, 0.0))
-            out.append((acc + a0) / (acc + rej + a0 + b0))
+            if out:
+                out.append((acc + (a0 + b0) * out[-1]) / (acc + rej + a0 + b0))
+            else:
+                out.append((acc + a0) / (acc + rej + a0 + b0))
         return out
 
     def observe(self, proposal: NgramProposal, verified: int, accepted: int) -> None:

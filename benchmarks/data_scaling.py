@@ -1,0 +1,193 @@
+"""The data-scaling curve of SmolLM2-135M drafters: drafter-alone tau against target-written answers.
+
+    python benchmarks/data_scaling.py --cache runs/regen-smollm2-30k \
+        --point 2x1536:3000 --point 2x1536:6000 --point 2x1536:12000 --point 2x1536:30000 --point 4x1536:30000 \
+        --output benchmarks/results/data_scaling_smollm2.json
+
+Every point trains a drafter of one size (LAYERSxMLP_WIDTH) from the target's top layers on the
+first N answers of one regeneration (``examples/regenerate.py``), with one recipe: Jacobi-forcing
+inputs, the cache's top-64 labels, the 8,192 most frequent answer tokens as draft vocabulary,
+batch 4, 32 blocks per sequence, AdamW at 1e-3 with cosine decay, bf16 autocast, ``--epochs``
+epochs. Training is ``examples/train_drafter.py`` (the command is recorded per point; rerunning
+resumes from its last checkpoint). Each finished drafter is then measured alone (chains, one
+Jacobi pass, budget 16, round policy off, bf16 target) on held-out prompts that neither
+regeneration (the overlap rule) nor policy calibration touched, every output checked against
+the target's own greedy output.
+
+The command is idempotent: a point whose drafter is trained is not retrained, a point already in
+``--output`` is not re-measured, a point whose answers are not regenerated yet is skipped. So the
+same command, rerun, carries the campaign on. Each point records its CPU-hours (the regeneration's
+measured CPU time prorated to its answers, plus the trainer's logged CPU time). The plot
+(``OUTPUT.png``) draws tau against answers on a log axis, a line per drafter size, each point
+labelled with its CPU-hours, and the least-squares line of the main size
+(:func:`hf_jetspec.training.scaling.fit_log_linear`) extended to the answers that would reach
+``--goal``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def parse_point(spec: str) -> tuple[int, int, int]:
+    """``"2x1536:3000"`` -> (layers, mlp width, answers)."""
+    try:
+        size, answers = spec.split(":")
+        layers, width = size.lower().split("x")
+        return int(layers), int(width), int(answers)
+    except ValueError:
+        raise SystemExit(f"--point takes LAYERSxMLP_WIDTH:ANSWERS (e.g. 2x1536:3000), got {spec!r}") from None
+
+
+def train_command(cache: str, run_dir: Path, layers: int, width: int, answers: int, epochs: float, target: str) -> list[str]:
+    return [sys.executable, str(ROOT / "examples" / "train_drafter.py"), "--target", target, "--feature-cache", cache,
+            "--cache-sequences", str(answers), "--layers", str(layers), "--intermediate-size", str(width), "--init-layers-from-target",
+            "--draft-vocab-from-cache", "8192", "--labels", "corpus", "--inputs", "jacobi", "--batch-size", "4",
+            "--blocks-per-sequence", "32", "--lr", "1e-3", "--num-epochs", str(epochs), "--save-steps", "250", "--save-total-limit", "2",
+            "--bf16", "--dtype", "bfloat16", "--output-dir", str(run_dir)]
+
+
+def train_cpu_hours(run_dir: Path) -> float | None:
+    """The trainer's logged CPU-hours at its last checkpoint (all threads, every stint)."""
+    states = sorted(run_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[-1]))
+    if not states:
+        return None
+    rows = [r for r in json.loads(states[-1].read_text())["log_history"] if "cpu_hours" in r]
+    return rows[-1]["cpu_hours"] if rows else None
+
+
+def plot(result: dict, path: Path, goal: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hf_jetspec.training.scaling import answers_for_tau, fit_log_linear, tau_at
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    sizes = sorted({p["size"] for p in result["points"]})
+    for size in sizes:
+        pts = sorted((p["answers"], p["tau"], p["cpu_hours"]) for p in result["points"] if p["size"] == size)
+        ax.plot([a for a, _, _ in pts], [t for _, t, _ in pts], "o-", label=f"{size} drafter")
+        for a, t, h in pts:
+            ax.annotate(f"{h:.1f} CPU-h", (a, t), textcoords="offset points", xytext=(4, -12), fontsize=7)
+    fit = result.get("fit")
+    if fit:
+        line = fit_log_linear([a for a, _ in fit["points"]], [t for _, t in fit["points"]])
+        lo = min(a for a, _ in fit["points"])
+        hi = max(max(a for a, _ in fit["points"]), min(answers_for_tau(line, goal), 1e6))
+        xs = [lo * (hi / lo) ** (i / 40) for i in range(41)]
+        ax.plot(xs, [tau_at(line, x) for x in xs], "--", color="grey", lw=1, label=f"fit {fit['size']}: {line.slope:+.3f} per tenfold")
+        ax.axhline(goal, color="red", lw=0.8, ls=":", label=f"goal {goal}")
+    ax.set_xscale("log")
+    ax.set_xlabel("target-written answers (log)")
+    ax.set_ylabel("drafter-alone tau (chains, J1, budget 16)")
+    ax.set_title(result.get("title", "drafter tau against data"))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cache", required=True, help="a regeneration folder (examples/regenerate.py)")
+    ap.add_argument("--point", action="append", required=True, metavar="LAYERSxMLP:ANSWERS")
+    ap.add_argument("--epochs", type=float, default=4.0)
+    ap.add_argument("--target", default="smollm2-135m")
+    ap.add_argument("--runs-dir", default="runs/data-scaling")
+    ap.add_argument("--prompts", default="gsm8k:120,humaneval:120,mt-bench:20", help="held-out SET:OFFSET list")
+    ap.add_argument("--limit", type=int, default=20, help="prompts per set (MT-Bench: both turns of each)")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--goal", type=float, default=2.0)
+    ap.add_argument("--no-train", action="store_true", help="measure and plot what is trained; start no training")
+    ap.add_argument("--output", required=True)
+    args = ap.parse_args(argv)
+
+    from hf_jetspec.training.regenerate import MANIFEST_NAME
+    from hf_jetspec.training.scaling import answers_for_tau, fit_log_linear, regeneration_cpu_hours, tau_at
+
+    output = Path(args.output)
+    result = json.loads(output.read_text()) if output.is_file() else {"points": []}
+    result["command"] = "python benchmarks/data_scaling.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    result["title"] = f"{args.target} drafters: tau against answers ({args.epochs:g} epochs each)"
+    manifest = json.loads((Path(args.cache) / MANIFEST_NAME).read_text())
+    result["regeneration"] = {k: manifest.get(k) for k in ("target", "dtype", "config", "source_stats", "num_sequences", "greedy",
+                                                             "sampled", "generated_tokens", "cpu_seconds")}
+    measured = {(p["size"], p["answers"]) for p in result["points"]}
+    target = items = None
+    refs: dict = {}
+    for spec in args.point:
+        layers, width, answers = parse_point(spec)
+        size = f"{layers}x{width}"
+        if (size, answers) in measured:
+            continue
+        if answers > int(manifest["num_sequences"]):
+            print(f"{spec}: {manifest['num_sequences']} answers regenerated so far, skipped", flush=True)
+            continue
+        run_dir = Path(args.runs_dir) / f"{size}-{answers}"
+        command = train_command(args.cache, run_dir, layers, width, answers, args.epochs, args.target)
+        if not (run_dir / "final" / "config.json").is_file():
+            if args.no_train:
+                print(f"{spec}: not trained yet", flush=True)
+                continue
+            print(" ".join(command), flush=True)
+            subprocess.run(command, check=True, cwd=ROOT)
+        if target is None:
+            from hf_jetspec import load_target
+            from hf_jetspec.data import load_eval_prompts
+            from hf_jetspec.tools.bench import build_items
+
+            target, tok = load_target(args.target, dtype="bfloat16")
+            items = {}
+            for s in args.prompts.split(","):
+                name, _, offset = s.partition(":")
+                items[s] = build_items(tok, target, load_eval_prompts(name, limit=args.limit, offset=int(offset or 0)), args.max_new_tokens)
+        from hf_jetspec import JetSpecDrafter
+        from hf_jetspec.training.drafter_tau import acceptance_on_items
+
+        drafter = JetSpecDrafter.from_pretrained(str(run_dir / "final"))
+        t0 = time.perf_counter()
+        per_set = {s: acceptance_on_items(target, drafter, its, args.max_new_tokens, refs, num_jacobi_passes=1, budget=16, policy=False)
+                   for s, its in items.items()}
+        regen_h = regeneration_cpu_hours(manifest, answers)
+        train_h = train_cpu_hours(run_dir) or 0.0
+        point = {"size": size, "layers": layers, "mlp_width": width, "answers": answers, "epochs": args.epochs,
+                 "tau": round(sum(r["tau"] for r in per_set.values()) / len(per_set), 4),
+                 "tau_per_set": {s: round(r["tau"], 4) for s, r in per_set.items()},
+                 "exact": all(r["exact"] for r in per_set.values()),
+                 "regeneration_cpu_hours": round(regen_h, 3), "train_cpu_hours": round(train_h, 3),
+                 "cpu_hours": round(regen_h + train_h, 3), "train_command": " ".join(command[1:]),
+                 "eval_seconds": round(time.perf_counter() - t0, 1), "drafter": str(run_dir / "final")}
+        print(point, flush=True)
+        result["points"] = [p for p in result["points"] if (p["size"], p["answers"]) != (size, answers)] + [point]
+        result["points"].sort(key=lambda p: (p["size"], p["answers"]))
+        main_size = parse_point(args.point[0])
+        main_pts = [(p["answers"], p["tau"]) for p in result["points"] if (p["layers"], p["mlp_width"]) == main_size[:2]]
+        if len({a for a, _ in main_pts}) >= 2:
+            line = fit_log_linear([a for a, _ in main_pts], [t for _, t in main_pts])
+            result["fit"] = {"size": f"{main_size[0]}x{main_size[1]}", "points": main_pts, "intercept": round(line.intercept, 4),
+                             "slope_per_tenfold": round(line.slope, 4), "per_doubling": round(line.per_doubling, 4),
+                             "answers_for_goal": answers_for_tau(line, args.goal), "goal": args.goal,
+                             "tau_at_800k": round(tau_at(line, 800_000), 3)}
+        result["prompts"], result["limit"], result["max_new_tokens"] = args.prompts, args.limit, args.max_new_tokens
+        from hf_jetspec.tools.bench import _environment
+
+        result["environment"] = _environment(target.device)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(result, indent=1) + "\n")
+        plot(result, output.with_suffix(".png"), args.goal)
+    if not result["points"]:
+        print("no point measured yet")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""Data scaling of drafters: what more target-written answers buy, as a fitted line on a log axis.
+
+A drafter's acceptance length grows with its training data in the seeds and in published
+block-drafter results roughly as a straight line in the logarithm of the data, over the ranges
+measured. :func:`fit_log_linear` fits ``tau = a + b * log10(answers)`` to measured points by least
+squares; :func:`answers_for_tau` and :func:`tau_at` read the line forwards and backwards. These
+are extrapolations on paper: they assume the same recipe (epochs, drafter size, sources) and no
+saturation, which the points themselves cannot show beyond their own range (tau is also bounded
+by the block size). :func:`regeneration_cpu_hours` prices the first ``n`` answers of a
+regeneration from its manifest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LogLinearFit:
+    """``tau = intercept + slope * log10(answers)``; ``slope`` is the gain per tenfold data."""
+
+    intercept: float
+    slope: float
+    points: int
+
+    @property
+    def per_doubling(self) -> float:
+        return self.slope * math.log10(2.0)
+
+
+def fit_log_linear(answers: list[float], tau: list[float]) -> LogLinearFit:
+    """Least-squares line through ``(log10 answers, tau)``; needs two or more distinct data sizes."""
+    if len(answers) != len(tau):
+        raise ValueError(f"{len(answers)} data sizes but {len(tau)} tau values")
+    if any(a <= 0 for a in answers):
+        raise ValueError("data sizes must be positive")
+    xs = [math.log10(a) for a in answers]
+    if len(set(xs)) < 2:
+        raise ValueError("a line needs points at two or more data sizes")
+    mx, my = sum(xs) / len(xs), sum(tau) / len(tau)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, tau)) / sum((x - mx) ** 2 for x in xs)
+    return LogLinearFit(my - slope * mx, slope, len(xs))
+
+
+def tau_at(fit: LogLinearFit, answers: float) -> float:
+    return fit.intercept + fit.slope * math.log10(answers)
+
+
+def answers_for_tau(fit: LogLinearFit, tau: float) -> float:
+    """Answers at which the line reaches ``tau`` (inf where it never rises to it)."""
+    if fit.slope <= 0:
+        return math.inf
+    return 10.0 ** ((tau - fit.intercept) / fit.slope)
+
+
+def regeneration_cpu_hours(manifest: dict, answers: int) -> float:
+    """CPU-hours the first ``answers`` of a regeneration cost: its measured total (``cpu_seconds``, all
+    threads, every stint) prorated by answers."""
+    done = int(manifest["num_sequences"])
+    if not 0 < answers <= done:
+        raise ValueError(f"the regeneration holds {done} answers, not {answers}")
+    return float(manifest.get("cpu_seconds", 0.0)) / 3600.0 * answers / done
