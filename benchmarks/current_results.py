@@ -43,6 +43,14 @@ CURRENT = [
         ("Qwen, HumanEval, T = 0.7", "sampling_qwen_humaneval_t0.7_lazy.json", "jetspec"),
         ("Qwen, HumanEval, T = 0.2 (trees)", "sampling_qwen_humaneval_t0.2.json", "jetspec-tree-policy"),
     ]),
+    ("Drafter-free, greedy, bf16 (`DrafterFreeAssistant`: no drafter weights; n-gram and output-memory proposals under the "
+     "round policy; the hf_jetspec column is this path, beside transformers' prompt lookup in the same run)", [
+        ("SmolLM2-135M, GSM8K (10)", "drafter_free_smollm2_gsm8k.json", "drafter-free"),
+        ("SmolLM2-135M, HumanEval (10)", "drafter_free_smollm2_humaneval.json", "drafter-free"),
+        ("SmolLM2-135M, MT-Bench (5, both turns)", "drafter_free_smollm2_mt-bench.json", "drafter-free"),
+        ("Qwen2.5-Coder-1.5B, HumanEval (6)", "drafter_free_qwen15_humaneval.json", "drafter-free"),
+        ("Gemma-3-270M (base), continuations (10)", "drafter_free_gemma3_continuation.json", "drafter-free"),
+    ]),
     ("Long prompts, SmolLM2-135M, greedy, bf16 (summaries, quotes and code edits; the defaults run chain rounds past 1,024 prompt tokens)", [
         ("long-2k", "long_2k_smollm2_bfloat16.json", "jetspec-chain"),
         ("long-4k", "long_4k_smollm2_bfloat16.json", "jetspec-chain"),
