@@ -218,16 +218,23 @@ def generate_with_features(target, prompts: list[list[int]], sampled: list[bool]
             drawn = torch.multinomial(torch.softmax(last / temperature, dim=-1), 1).squeeze(-1)
             nxt = torch.where(sample_rows, drawn, nxt)
         final = step == max_new_tokens
+        # a decode step feeds one column per row: the whole batch's log-probabilities and top-k at once
+        # (the prompt's forward: one row at a time, [n, V] rather than [B, n, V])
+        step_logp = torch.log_softmax(last, dim=-1) if out.logits.shape[1] == 1 else None
+        step_top = None if step_logp is None else step_logp.topk(top_k, dim=-1)
         for j in range(bsz):
             if not fed[j]:
                 continue
             cols = torch.tensor(fed[j], device=device)
             row = rows[j]
-            logp = torch.log_softmax(out.logits[j, cols].float(), dim=-1)  # one row at a time: [n, V], not [B, n, V]
-            top = logp.topk(top_k, dim=-1)
+            if step_logp is not None:
+                logp, values, indices = step_logp[j : j + 1], step_top.values[j : j + 1], step_top.indices[j : j + 1]
+            else:
+                logp = torch.log_softmax(out.logits[j, cols].float(), dim=-1)
+                values, indices = logp.topk(top_k, dim=-1)
             row["states"].append(states[j, cols.cpu()])
-            row["topk_ids"].append(top.indices.to(torch.int32).cpu())
-            row["topk_lp"].append(top.values.to(torch.float16).cpu())
+            row["topk_ids"].append(indices.to(torch.int32).cpu())
+            row["topk_lp"].append(values.to(torch.float16).cpu())
             # log p of the token that follows each fed position: the next prompt token, then the choice
             # (the sequence's last token, after its EOS or at the length limit: its own, as the cache builder stores it)
             t0 = len(row["tokens"]) - len(fed[j])
