@@ -165,8 +165,9 @@ def test_the_policy_grafts_ngram_branches_from_earlier_outputs(llama_target, fix
     prompt = torch.randint(0, 100, (1, 7), generator=torch.Generator().manual_seed(5))
     with tree_options(drafter, tree="auto", budget=9, policy=True, ngram_seed=False):
         assistant_for(drafter).output_memory.clear()
-        # n-gram positions priced at 1/3 before any is verified: the drafter's nodes are verified beside them
-        assistant_for(drafter).output_memory.prior = (1.0, 2.0)
+        # n-gram positions priced at 1/9 before any is verified (later positions follow the first): the drafter's
+        # nodes are verified beside them
+        assistant_for(drafter).output_memory.prior = (1.0, 8.0)
         ref, first = greedy_pair(llama_target, drafter, prompt, max_new_tokens=40)
         first_tau = drafter.generation_stats.tau
         assert torch.equal(ref, first)
