@@ -55,7 +55,11 @@ def train_command(cache: str, run_dir: Path, layers: int, width: int, answers: i
 
 
 def train_cpu_hours(run_dir: Path) -> float | None:
-    """The trainer's logged CPU-hours at its last checkpoint (all threads, every stint)."""
+    """The trainer's CPU-hours (all threads, every stint): from the finished run's ``train_metrics.json``,
+    else as logged at its last checkpoint."""
+    finished = run_dir / "train_metrics.json"
+    if finished.is_file():
+        return float(json.loads(finished.read_text())["cpu_hours"])
     states = sorted(run_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[-1]))
     if not states:
         return None
@@ -165,7 +169,7 @@ def main(argv=None) -> None:
                  "tau_per_set": {s: round(r["tau"], 4) for s, r in per_set.items()},
                  "exact": all(r["exact"] for r in per_set.values()),
                  "regeneration_cpu_hours": round(regen_h, 3), "train_cpu_hours": round(train_h, 3),
-                 "cpu_hours": round(regen_h + train_h, 3), "train_command": " ".join(command[1:]),
+                 "cpu_hours": round(regen_h + train_h, 3), "train_command": " ".join(["python", "examples/train_drafter.py", *command[2:]]),
                  "eval_seconds": round(time.perf_counter() - t0, 1), "drafter": str(run_dir / "final")}
         print(point, flush=True)
         result["points"] = [p for p in result["points"] if (p["size"], p["answers"]) != (size, answers)] + [point]

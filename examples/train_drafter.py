@@ -16,6 +16,7 @@ of the drafter's layers (peft), merged into the saved drafter.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 
 import torch
@@ -167,7 +168,9 @@ def main() -> None:
     last = get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None
     if last is not None:
         check_resumable(last, drafter)
-    trainer.train(resume_from_checkpoint=last)
+    metrics = trainer.train(resume_from_checkpoint=last).metrics
+    with open(os.path.join(args.output_dir, "train_metrics.json"), "w") as f:  # cpu_hours: every stint of the run, all threads
+        json.dump(metrics, f, indent=1)
     final = os.path.join(args.output_dir, "final")
     merged_drafter(model).save_pretrained(final)
     print(f"saved {final}")
