@@ -64,8 +64,8 @@ STREAMS = [
     ("Online learning on streams, SmolLM2-135M, greedy, bf16 (shipped drafter version 3; `jetspec-online` learns after every item; "
      "drafter alone: chains, J1, budget 16, policy off; HumanEval with the learner's defaults (top-16 labels, learning rate 1e-4); "
      "GSM8K and GPQA predate them (top-1 labels, 5e-4), GSM8K also the out-of-vocabulary label fix and the guard's significance rule; "
-     "the defaults rows are not measured yet)", [
-        ("HumanEval (60)", "online_alone_smollm2_humaneval.json", None),
+     "defaults: tree rounds under the policy, 6 learning steps after every item, measured on HumanEval only so far)", [
+        ("HumanEval (60)", "online_alone_smollm2_humaneval.json", "online_defaults_smollm2_humaneval.json"),
         ("GSM8K (60)", "online_alone_smollm2_gsm8k.json", None),
         ("GPQA-Diamond (60)", "online_alone_smollm2_gpqa.json", None),
     ]),
