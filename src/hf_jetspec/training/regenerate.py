@@ -170,13 +170,14 @@ def regeneration_prompts(tokenizer, config: RegenerationConfig, exclude: set[str
                     continue
                 # the chat template with its generation prompt; a base model's tokenizer has none: the text itself
                 ids = chat_input_ids(tokenizer, messages)[0].tolist()
+                cut = False
                 while len(ids) > config.max_prompt_tokens and len(messages) > 2:
-                    messages = messages[2:]  # a later turn keeps the newest exchanges that fit: the oldest goes first
+                    messages, cut = messages[2:], True  # a later turn keeps the newest exchanges that fit: the oldest goes first
                     ids = chat_input_ids(tokenizer, messages)[0].tolist()
-                    stats[source]["context_cut"] += 1 if len(ids) <= config.max_prompt_tokens else 0
                 if len(ids) > config.max_prompt_tokens:
                     stats[source]["too_long"] += 1
                     continue
+                stats[source]["context_cut"] += int(cut)
                 i = len(out)
                 sampled = round(config.sampled_share * (i + 1)) > round(config.sampled_share * i)
                 out.append(RegenerationPrompt(source, ids, digest, sampled))
