@@ -193,7 +193,7 @@ def run_pipeline(target, tokenizer, output: str | os.PathLike, config: PipelineC
                           resume=os.path.isfile(os.path.join(cache_dir, "regeneration.json")),
                           deadline=0.0 if trained_before else start + budget_s * config.regenerate_share)
     if manifest.num_sequences == 0:
-        raise RuntimeError("the regeneration budget ended before the first batch: raise minutes or regenerate_share")
+        raise RuntimeError("regeneration produced no sequences: check the prompt sources and max_new_tokens")
     regen_s = manifest.seconds if trained_before else time.perf_counter() - start
 
     # 2. train

@@ -282,8 +282,9 @@ def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int
     """Answer ``prompts`` (default :func:`regeneration_prompts`) with ``target`` and write the feature
     cache and ``regeneration.json`` to ``folder``. ``resume`` continues a run with the same options:
     its finished shards are kept and generation goes on from the next prompt. ``deadline`` (a
-    ``time.perf_counter()`` value) stops before the first batch that would start after it; the cache
-    then holds every answered prompt and a later ``resume`` goes on from there."""
+    ``time.perf_counter()`` value) stops before the first batch that would start after it, except that
+    an empty cache always gets its first batch (a budget spent on setup still yields data to train on);
+    the cache then holds every answered prompt and a later ``resume`` goes on from there."""
     from tqdm.auto import tqdm
 
     if prompts is None:
@@ -336,7 +337,7 @@ def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int
     bar = tqdm(total=len(prompts), initial=done, desc="regenerating", unit="prompt", disable=not progress)
     upto = len(prompts)
     for b0 in range(done, len(prompts), config.batch_size):
-        if deadline is not None and time.perf_counter() >= deadline:
+        if deadline is not None and b0 > 0 and time.perf_counter() >= deadline:
             upto = b0
             break
         batch = prompts[b0 : b0 + config.batch_size]
