@@ -22,7 +22,8 @@ import json
 
 from ngram_tree_headroom import common_prefix, first_turns, prompt_lookup
 
-from hf_jetspec.policy import Candidate, NgramIndex, OutputMemory, best_candidate, propose_ngram
+from hf_jetspec.generation.ngram_tree import NgramTreePolicy
+from hf_jetspec.policy import Candidate, CostModel, NgramIndex, OutputMemory, best_candidate, propose_ngram
 
 
 def replay_policy(prompts: list[list[int]], outputs: list[list[int]], costs: list[float], verify_all: bool = False,
@@ -56,6 +57,38 @@ def replay_policy(prompts: list[list[int]], outputs: list[list[int]], costs: lis
     return {"tokens_per_round": committed / rounds, "tokens_per_s": committed / seconds, "rounds": rounds}
 
 
+def replay_tree_policy(prompts: list[list[int]], outputs: list[list[int]], costs: list[float], budget: int = 16,
+                       candidates: int = 4) -> dict:
+    """Drafter-free tree rounds (:class:`~hf_jetspec.generation.ngram_tree.NgramTreePolicy`, its own
+    code) over ``outputs``: each round commits the longest path of the planned tree that the output
+    follows, plus one token, and pays the verify cost of its node count."""
+    memory = OutputMemory()
+    cost = CostModel(list(range(1, len(costs) + 1)), costs)
+    rounds = committed = trees = 0
+    seconds = 0.0
+    for prompt, output in zip(prompts, outputs):
+        policy = NgramTreePolicy(memory, cost, budget, candidates=candidates)
+        t = 0
+        while t < len(output):
+            tree, source = policy.plan(prompt + output[:t], min(budget - 1, len(output) - t))
+            accepted, node = [], -1
+            while t + len(accepted) < len(output):
+                child = tree.children(node).get(output[t + len(accepted)])
+                if child is None:
+                    break
+                accepted.append(child)
+                node = child
+            policy.observe(len(tree), accepted, costs[min(len(tree), len(costs) - 1)])
+            seconds += costs[min(len(tree), len(costs) - 1)]
+            rounds += 1
+            trees += source == "ngram-tree"
+            committed += len(accepted) + 1
+            t += len(accepted) + 1
+        memory.add_sequence(prompt + output)
+    return {"tokens_per_round": committed / rounds, "tokens_per_s": committed / seconds, "rounds": rounds,
+            "tree_rounds": trees}
+
+
 def replay_prompt_lookup(prompts, outputs, costs, length: int = 10) -> dict:
     rounds = committed = 0
     seconds = 0.0
@@ -84,7 +117,8 @@ def main() -> None:
         prompts, outputs, config = first_turns(path)
         rows = {"prompt-lookup": replay_prompt_lookup(prompts, outputs, costs),
                 "drafter-free": replay_policy(prompts, outputs, costs),
-                "drafter-free, all verified": replay_policy(prompts, outputs, costs, verify_all=True)}
+                "drafter-free, all verified": replay_policy(prompts, outputs, costs, verify_all=True),
+                "drafter-free trees": replay_tree_policy(prompts, outputs, costs)}
         base = rows["prompt-lookup"]["tokens_per_s"]
         for row in rows.values():
             row["vs_prompt_lookup"] = round(row["tokens_per_s"] / base, 3)

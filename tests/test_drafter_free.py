@@ -11,10 +11,12 @@ from test_sampling_exactness import chi2_pvalue, empirical, exact_joint, small_t
 REPEATING = torch.tensor([[5, 17, 33, 2, 90, 41, 7, 12, 5, 17, 33, 2, 90]])
 
 
+@pytest.mark.parametrize("tree", [False, True])
 @pytest.mark.parametrize("name", ["llama_target", "qwen_target"])
-def test_greedy_output_is_plain_decoding_and_ngram_rounds_commit(name, request):
+def test_greedy_output_is_plain_decoding_and_ngram_rounds_commit(name, tree, request):
     target = request.getfixturevalue(name)
-    assistant = DrafterFreeAssistant.for_target(target)
+    assistant = DrafterFreeAssistant.for_target(target, DrafterFreeConfig(tree=tree))
+    sources = set()
     prompts = [REPEATING, torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]]), torch.tensor([[7]])]
     accepted = 0
     for prompt in prompts * 2:  # the second pass meets its own earlier outputs in the memory
@@ -24,7 +26,10 @@ def test_greedy_output_is_plain_decoding_and_ngram_rounds_commit(name, request):
         stats = assistant.generation_stats
         assert stats.committed_tokens == out.shape[1] - prompt.shape[1] - 1  # the prefill commits the first token
         accepted += sum(stats.accepted_lengths)
+        sources |= set(stats.round_sources)
     assert accepted > 20  # proposals were verified and accepted, not only plain steps
+    if tree:  # rounds that verified several distinct continuations at once
+        assert "ngram-tree" in sources, sources
 
 
 def test_output_memory_makes_a_repeated_request_cheaper(llama_target):
@@ -42,13 +47,16 @@ def test_output_memory_makes_a_repeated_request_cheaper(llama_target):
     assert off.output_memory.sequences == [] and off.generation_stats.rounds > second.rounds
 
 
-def test_sampled_output_follows_the_exact_law():
+@pytest.mark.parametrize("tree", [False, True])
+def test_sampled_output_follows_the_exact_law(tree):
     target = small_target()
-    assistant = DrafterFreeAssistant.for_target(target, DrafterFreeConfig(budget=3))
+    assistant = DrafterFreeAssistant.for_target(target, DrafterFreeConfig(budget=3, tree=tree))
     law = exact_joint(target, [TemperatureLogitsWarper(0.8)])
     sources = {}
     counts = empirical(target, assistant, sources=sources, temperature=0.8, top_k=0)
     assert sources.get("ngram", 0) > 100, sources  # a 4-token vocabulary repeats: proposals were verified
+    if tree:
+        assert sources.get("ngram-tree", 0) > 20, sources
     assert chi2_pvalue(law, counts) > 1e-3
 
 

@@ -52,6 +52,23 @@ def test_bench_schema(tmp_path):
         BenchConfig(methods=("ar", "medusa"))
 
 
+def test_bench_drafter_free_variants_are_exact_and_tree_rounds_are_switchable(tmp_path):
+    from hf_jetspec.tools.bench import BenchConfig, run_bench
+
+    methods = ("ar", "drafter-free", "drafter-free-chain")
+    cfg = BenchConfig(prompts="humaneval", limit=1, max_new_tokens=24, methods=methods, warmup_tokens=4, output=str(tmp_path / "r.json"),
+                      dtype="float32")
+    run_bench(cfg, progress=False)
+    saved = json.loads((tmp_path / "r.json").read_text())["methods"]
+    assert all(saved[m]["exact_match_vs_ar"] == 1.0 for m in methods)
+    assert saved["drafter-free"]["drafting_config"]["tree"] is True and saved["drafter-free-chain"]["drafting_config"]["tree"] is False
+    assert "ngram-tree" not in saved["drafter-free-chain"]["source_counts"]
+    off = BenchConfig(prompts="humaneval", limit=1, max_new_tokens=8, methods=("ar", "drafter-free"), warmup_tokens=4, tree="off",
+                      output=str(tmp_path / "off.json"), dtype="float32")
+    run_bench(off, progress=False)
+    assert json.loads((tmp_path / "off.json").read_text())["methods"]["drafter-free"]["drafting_config"]["tree"] is False
+
+
 def test_decode_rate_counts_tokens_and_time_after_the_first_chunk():
     from hf_jetspec.tools.bench import decode_rate
 

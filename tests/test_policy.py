@@ -170,6 +170,32 @@ def test_a_match_near_the_end_runs_on_as_a_copy_of_itself():
     assert periodic_continuation([1, 2, 3], 1, 2) == [2, 3]  # enough tokens: no copy
 
 
+def test_distinct_continuations_longest_match_then_latest_first():
+    """Sequence 1 2 7 | 1 2 8 | 3 2 9 | 1 2: the suffix (1, 2) occurred twice (followed by 8 then 7,
+    the latest first), the suffix (2,) three times (9 after 3 2 is new; the two after 1 2 are
+    already in). ``keep=2`` holds the latest two occurrences of each n-gram."""
+    idx = NgramIndex(max_ngram=2, keep=2)
+    idx.extend([1, 2, 7, 1, 2, 8, 3, 2, 9, 1, 2])
+    assert idx.continuations(2, limit=8) == [([8, 3], 2), ([7, 1], 2), ([9, 1], 1)]
+    assert idx.continuations(2, limit=1) == [idx.lookup(2)]  # the first is the chain rounds' proposal
+    # keep=1 forgets the earlier occurrences: the latest of (1, 2), then the latest of (2,), already in
+    one = NgramIndex(max_ngram=2, keep=1)
+    one.extend([1, 2, 7, 1, 2, 8, 3, 2, 9, 1, 2])
+    assert one.continuations(2, limit=8) == [([8, 3], 2), ([9, 1], 1)]
+
+
+def test_branch_conditionals_hand_numbers():
+    """A second candidate (rank 1) that shares one token with the first, whose rates are 0.8, 0.6, 0.5:
+    position 1 is the shared node (0.8), position 2 its own first token, (1 - 0.6) / 2 = 0.2, position 3
+    the first candidate's rate again (0.5); past the first candidate's end, its last rate."""
+    from hf_jetspec.generation.ngram_tree import branch_conditionals, divergence_depth
+
+    assert branch_conditionals([0.8, 0.6, 0.5], 1, 1, 4) == pytest.approx([0.8, 0.2, 0.5, 0.5])
+    assert branch_conditionals([0.9], 0, 3, 2) == pytest.approx([0.025, 0.9])  # rank 3: (1 - 0.9) / 4
+    assert divergence_depth([4, 5, 6], [[4, 5, 9], [4, 1]]) == 2
+    assert divergence_depth([7], [[4, 5]]) == 0
+
+
 def test_ngram_index_no_match_and_incremental_equals_batch():
     idx = NgramIndex(max_ngram=2)
     idx.extend([1, 2, 3])

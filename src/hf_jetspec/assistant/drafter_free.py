@@ -29,17 +29,25 @@ class DrafterFreeConfig:
         budget: most positions one verification forward holds (the anchor plus ``budget - 1`` proposed tokens).
         max_ngram: longest suffix matched in the sequence so far.
         output_memory: also match in this assistant's earlier outputs.
+        tree: verify a trie of the distinct n-gram continuations in one forward instead of the latest
+            one's chain (:mod:`hf_jetspec.generation.ngram_tree`), on targets with a dynamic
+            full-attention cache (sliding-window targets run chains).
+        tree_candidates: most distinct continuations a tree round holds.
     """
 
     budget: int = 16
     max_ngram: int = 4
     output_memory: bool = True
+    tree: bool = True
+    tree_candidates: int = 4
 
     def __post_init__(self):
         if self.budget < 2:
             raise ValueError(f"budget must be >= 2 (the anchor and at least one proposed token), got {self.budget}")
         if self.max_ngram < 1:
             raise ValueError(f"max_ngram must be >= 1, got {self.max_ngram}")
+        if self.tree_candidates < 1:
+            raise ValueError(f"tree_candidates must be >= 1, got {self.tree_candidates}")
 
     def replace(self, **changes) -> "DrafterFreeConfig":
         return replace(self, **changes)

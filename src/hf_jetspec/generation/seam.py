@@ -154,21 +154,29 @@ def _decode(original, self, input_ids, recorder, *args, **kwargs):
     reason = None if _is_drafter_free(drafter) else drafter.drafting_config.tree_fallback_reason
     if reason is not None:
         logger.warning_once(f"hf_jetspec: tree={drafter.drafting_config.tree!r} falls back to chain rounds: {reason}")
-    trees = (not _is_drafter_free(drafter) and drafter.drafting_config.tree_rounds_for(kwargs.get("generation_config"), input_ids.shape[1])
-             and not args)
+    if _is_drafter_free(drafter):
+        trees = drafter.drafting_config.tree and not args
+    else:
+        trees = drafter.drafting_config.tree_rounds_for(kwargs.get("generation_config"), input_ids.shape[1]) and not args
     if trees:
         from .tree_decoding import tree_cache_reason
 
         reason = tree_cache_reason(kwargs.get("cache"))
         if reason is not None:
-            logger.warning_once(f"hf_jetspec: tree rounds need a dynamic full-attention cache; this target {reason}: chain rounds")
+            if not _is_drafter_free(drafter):  # the drafter-free default: chains on such targets, as documented
+                logger.warning_once(f"hf_jetspec: tree rounds need a dynamic full-attention cache; this target {reason}: chain rounds")
             trees = False
-    if trees:
-        from .tree_decoding import tree_decoding  # tree rounds: our own verification loop
-
+    if trees:  # tree rounds: our own verification loop
         names = ("logits_processor", "stopping_criteria", "generation_config", "synced_gpus", "streamer", "inputs_tensor",
                  "assistant_model", "assistant_tokenizer", "tokenizer")
         given = {name: kwargs.pop(name, None) for name in names}
+        if _is_drafter_free(drafter):
+            from .ngram_tree import ngram_tree_decoding
+
+            return ngram_tree_decoding(self, input_ids, given["logits_processor"], given["stopping_criteria"], given["generation_config"],
+                                       given["streamer"], drafter, kwargs)
+        from .tree_decoding import tree_decoding
+
         return tree_decoding(self, input_ids, given["logits_processor"], given["stopping_criteria"], given["generation_config"],
                              given["streamer"], drafter, kwargs, recorder=recorder)
     generators = _Call()

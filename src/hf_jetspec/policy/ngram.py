@@ -41,15 +41,19 @@ def periodic_continuation(seq: list[int], pos: int, max_tokens: int) -> list[int
 
 
 class NgramIndex:
-    """Incremental index of one token sequence: n-gram -> position right after its latest occurrence."""
+    """Incremental index of one token sequence: n-gram -> positions right after its latest
+    ``keep`` occurrences (the latest last)."""
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 1):
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 1, keep: int = 4):
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}")
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
+        self.keep = keep
         self.tokens: list[int] = []
-        self._next: dict[tuple[int, ...], int] = {}
+        self._next: dict[tuple[int, ...], list[int]] = {}
 
     def extend(self, new_tokens: list[int]) -> None:
         """Append tokens; every n-gram that now has a following token is indexed."""
@@ -61,7 +65,10 @@ class NgramIndex:
             for n in range(self.min_ngram, self.max_ngram + 1):
                 if j - n + 1 < 0:
                     break
-                self._next[tuple(seq[j - n + 1 : j + 1])] = j + 1
+                positions = self._next.setdefault(tuple(seq[j - n + 1 : j + 1]), [])
+                positions.append(j + 1)
+                if len(positions) > self.keep:
+                    del positions[0]
 
     def lookup(self, max_tokens: int, min_ngram: int | None = None) -> tuple[list[int], int]:
         """``(continuation, matched n)`` of the longest indexed suffix, or ``([], 0)``. A match close to
@@ -69,10 +76,29 @@ class NgramIndex:
         seq = self.tokens
         lo = self.min_ngram if min_ngram is None else max(min_ngram, self.min_ngram)
         for n in range(min(self.max_ngram, len(seq)), lo - 1, -1):
-            pos = self._next.get(tuple(seq[len(seq) - n :]))
-            if pos is not None:
-                return periodic_continuation(seq, pos, max_tokens), n
+            positions = self._next.get(tuple(seq[len(seq) - n :]))
+            if positions:
+                return periodic_continuation(seq, positions[-1], max_tokens), n
         return [], 0
+
+    def continuations(self, max_tokens: int, limit: int) -> list[tuple[list[int], int]]:
+        """Up to ``limit`` distinct ``(continuation, matched n)``: the longest matched suffix first and,
+        within one length, the latest occurrence first, so the first is :meth:`lookup`'s. A
+        continuation that merely extends an earlier one's prefix adds nothing and is skipped."""
+        seq = self.tokens
+        out: list[tuple[list[int], int]] = []
+        seen: set[tuple[int, ...]] = set()
+        for n in range(min(self.max_ngram, len(seq)), self.min_ngram - 1, -1):
+            for pos in reversed(self._next.get(tuple(seq[len(seq) - n :]), ())):
+                cont = periodic_continuation(seq, pos, max_tokens)
+                key = tuple(cont)
+                if not cont or key in seen or any(o[: len(cont)] == cont for o, _ in out):
+                    continue
+                seen.add(key)
+                out.append((cont, n))
+                if len(out) >= limit:
+                    return out
+        return out
 
     def suffix(self, n: int) -> tuple[int, ...]:
         return tuple(self.tokens[max(len(self.tokens) - n, 0) :])

@@ -8,7 +8,9 @@ Methods:
     ar              the target's own ``generate`` (greedy or sampled)
     prompt-lookup   transformers' prompt lookup decoding (``prompt_lookup_num_tokens``)
     drafter-free    ``generate(assistant_model=DrafterFreeAssistant)``: n-gram and output-memory proposals
-                    under the round policy, no drafter weights (its own output memory; ``--budget`` applies)
+                    under the round policy, no drafter weights (its own output memory; ``--budget`` applies;
+                    tree rounds of the distinct continuations unless ``--tree off``)
+    drafter-free-chain  the same with chain rounds (the latest match's continuation only)
     jetspec         ``generate(assistant_model=JetSpecDrafter)`` (round policy per ``--policy``, on by default)
     jetspec-fixed   the same drafter, policy off: a full ``budget``-token block every round
     jetspec-length  policy with verify-length selection only (no n-gram proposals or seeding)
@@ -73,7 +75,8 @@ JETSPEC_VARIANTS = {
     "jetspec-int8": {"compile": True, "int8": True},  # the compiled step with int8 products
     "jetspec-online": {},  # the bench's jetspec options on its own drafter copy, learning after every item
 }
-METHODS = ("ar", "prompt-lookup", "drafter-free", *JETSPEC_VARIANTS, "assisted", "hf-dflash")
+DRAFTER_FREE_VARIANTS = ("drafter-free", "drafter-free-chain")
+METHODS = ("ar", "prompt-lookup", *DRAFTER_FREE_VARIANTS, *JETSPEC_VARIANTS, "assisted", "hf-dflash")
 DEFAULT_ASSISTANTS = {"qwen2.5-coder-1.5b": "qwen2.5-coder-0.5b"}
 
 
@@ -277,7 +280,7 @@ class BenchSetup:
     assistant: object = None
     dflash_assistant: object = None  # hf-dflash: the drafter's weights as a MuseGlimmerAssistantModel
     baseline: object = None  # jetspec-baseline: the other drafter
-    drafter_free: object = None  # drafter-free: the DrafterFreeAssistant
+    drafter_free: dict = field(default_factory=dict)  # drafter-free variant -> its DrafterFreeAssistant
     online_config: object = None  # jetspec-online: its OnlineLearningConfig
     online: object = None  # jetspec-online: its own drafter, with an online learner
     memories: dict = field(default_factory=dict)
@@ -349,13 +352,15 @@ def load_bench(config: BenchConfig) -> BenchSetup:
         extra["assisted"] = {"assistant": name, "assistant_params_mb": _param_mb(assistant)}
     if "prompt-lookup" in config.methods:
         extra["prompt-lookup"] = {"prompt_lookup_num_tokens": config.prompt_lookup_tokens}
-    drafter_free = None
-    if "drafter-free" in config.methods:
+    drafter_free = {}
+    for name in (m for m in DRAFTER_FREE_VARIANTS if m in config.methods):
         from ..assistant import DrafterFreeAssistant, DrafterFreeConfig
 
-        free_config = DrafterFreeConfig() if config.budget is None else DrafterFreeConfig(budget=config.budget)
-        drafter_free = DrafterFreeAssistant.for_target(target, free_config)
-        extra["drafter-free"] = {"drafting_config": asdict(free_config)}
+        free_config = DrafterFreeConfig(tree=name == "drafter-free" and config.tree != "off")
+        if config.budget is not None:
+            free_config = free_config.replace(budget=config.budget)
+        drafter_free[name] = DrafterFreeAssistant.for_target(target, free_config)
+        extra[name] = {"drafting_config": asdict(free_config)}
     if "hf-dflash" in config.methods:
         from ..drafter.dflash_format import muse_glimmer_assistant
 
@@ -379,8 +384,8 @@ def load_bench(config: BenchConfig) -> BenchSetup:
         setup.online = online
         setup.extra["jetspec-online"]["online_learning"] = asdict(learning)
         setup.online_config = learning
-    if drafter_free is not None:
-        setup.memories["drafter-free"] = drafter_free.output_memory  # cleared after the warm-up like the others
+    for name, free in drafter_free.items():
+        setup.memories[name] = free.output_memory  # cleared after the warm-up like the others
     return setup
 
 
@@ -403,8 +408,8 @@ def _use_method(setup: BenchSetup, config: BenchConfig, name: str) -> dict:
         drafter.drafting_config = DraftingConfig(**setup.extra[name]["drafting_config"])
         assistant_for(drafter).output_memory = setup.memories.setdefault(name, OutputMemory())  # no variant learns from another's outputs
         return {"assistant_model": drafter}
-    if name == "drafter-free":
-        return {"assistant_model": setup.drafter_free}
+    if name in DRAFTER_FREE_VARIANTS:
+        return {"assistant_model": setup.drafter_free[name]}
     if name == "assisted":
         return {"assistant_model": setup.assistant}
     if name == "hf-dflash":
@@ -474,8 +479,8 @@ def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True) -
                 _add_generation_stats(rec, _drafter_of(setup, name).generation_stats)
                 if name == "jetspec-online":
                     rec.learn_seconds.append(learner.learn_seconds[-1] if learner.learn_seconds else 0.0)
-            elif name == "drafter-free":
-                _add_generation_stats(rec, setup.drafter_free.generation_stats)
+            elif name in DRAFTER_FREE_VARIANTS:
+                _add_generation_stats(rec, setup.drafter_free[name].generation_stats)
             elif name != "ar":
                 # transformers' DFlash loop spends its first step on the prefill alone (no draft): count
                 # drafting rounds only, as the JetSpec statistics do
