@@ -51,6 +51,14 @@ CURRENT = [
         ("Qwen2.5-Coder-1.5B, HumanEval (6)", "drafter_free_qwen15_humaneval.json", "drafter-free"),
         ("Gemma-3-270M (base), continuations (10)", "drafter_free_gemma3_continuation.json", "drafter-free"),
     ]),
+    ("Drafter-free tree rounds, greedy, bf16 (opt-in: `DrafterFreeConfig(tree=True)`, a trie of the distinct n-gram "
+     "continuations per round; the hf_jetspec column is that path; the chain path ran in the same run, see "
+     "docs/reports/2026-12-03-drafter-free-trees.md)", [
+        ("SmolLM2-135M, GSM8K (30)", "drafter_free_trees_smollm2_gsm8k.json", "drafter-free-tree"),
+        ("SmolLM2-135M, HumanEval (10)", "drafter_free_trees_smollm2_humaneval.json", "drafter-free-tree"),
+        ("SmolLM2-135M, MT-Bench (5, both turns)", "drafter_free_trees_smollm2_mt-bench.json", "drafter-free-tree"),
+        ("Qwen2.5-Coder-1.5B, HumanEval (6)", "drafter_free_trees_qwen15_humaneval.json", "drafter-free-tree"),
+    ]),
     ("Long prompts, SmolLM2-135M, greedy, bf16 (summaries, quotes and code edits; the defaults run chain rounds past 1,024 prompt tokens)", [
         ("long-2k", "long_2k_smollm2_bfloat16.json", "jetspec-chain"),
         ("long-4k", "long_4k_smollm2_bfloat16.json", "jetspec-chain"),

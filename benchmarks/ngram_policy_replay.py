@@ -2,6 +2,10 @@
 
     python benchmarks/ngram_policy_replay.py benchmarks/results/drafter_free_{gemma3_continuation,smollm2_gsm8k,smollm2_humaneval}.json \
         --output benchmarks/results/ngram_policy_replay.json
+    # with the tree rounds' row, on all five sets:
+    python benchmarks/ngram_policy_replay.py \
+        benchmarks/results/drafter_free_{gemma3_continuation,smollm2_gsm8k,smollm2_humaneval,smollm2_mt-bench,qwen15_humaneval}.json \
+        --output benchmarks/results/ngram_tree_replay.json
 
 No model runs. For each bench result file, the plain-decoding outputs of its first turns are
 replayed round by round: the drafter-free path's own code (:class:`~hf_jetspec.policy.NgramIndex`,
@@ -10,7 +14,8 @@ replayed round by round: the drafter-free path's own code (:class:`~hf_jetspec.p
 costs the file's drafter-free run measured (``cost_model.verify_ms``), and the round commits the
 proposal's prefix that matches the output plus one token. Transformers' prompt lookup (earliest
 match of the last 2, then 1 tokens, 10 tokens) is replayed on the same outputs and priced the same
-way; ``all`` verifies every proposal whole. Reported per proposer: tokens per round and tokens per
+way; ``all`` verifies every proposal whole; ``trees`` replays the drafter-free tree rounds
+(:class:`~hf_jetspec.generation.ngram_tree.NgramTreePolicy`) on the same outputs and prices. Reported per proposer: tokens per round and tokens per
 priced second relative to prompt lookup. Per-round costs outside the forward (the loop, the
 proposer) are not in these prices, so measured ratios run a few percent below them.
 """

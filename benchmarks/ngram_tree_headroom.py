@@ -18,14 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    k = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        k += 1
-    return k
+from hf_jetspec.generation.ngram_tree import common_prefix
 
 
 def prompt_lookup(seq: list[int], length: int = 10, max_ngram: int = 2) -> list[list[int]]:

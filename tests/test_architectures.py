@@ -11,7 +11,7 @@ import torch
 import transformers
 from transformers.generation.logits_process import TemperatureLogitsWarper
 
-from hf_jetspec import DrafterFreeAssistant, JetSpecDrafter
+from hf_jetspec import DrafterFreeAssistant, DrafterFreeConfig, JetSpecDrafter
 from hf_jetspec.assistant import assistant_for
 from test_sampling_exactness import VOCAB, chi2_pvalue, empirical, exact_joint
 
@@ -81,10 +81,11 @@ def test_greedy_output_with_an_accepting_drafter(target):
         out = target.generate(prompt, do_sample=False, max_new_tokens=60, assistant_model=drafter)
         assert torch.equal(out, plain)
         accepted += sum(drafter.generation_stats.accepted_lengths)
-    free = DrafterFreeAssistant.for_target(target)
-    for _ in range(2):
-        assert torch.equal(target.generate(prompt, do_sample=False, max_new_tokens=60, assistant_model=free), plain)
-        accepted += sum(free.generation_stats.accepted_lengths)
+    for tree in (False, True):  # chain rounds, then tree rounds of the distinct continuations (chains on sliding windows)
+        free = DrafterFreeAssistant.for_target(target, DrafterFreeConfig(tree=tree))
+        for _ in range(2):
+            assert torch.equal(target.generate(prompt, do_sample=False, max_new_tokens=60, assistant_model=free), plain)
+            accepted += sum(free.generation_stats.accepted_lengths)
     assert accepted > 30, accepted  # proposals were accepted, not only rejected
 
 

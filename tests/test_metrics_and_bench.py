@@ -55,18 +55,18 @@ def test_bench_schema(tmp_path):
 def test_bench_drafter_free_variants_are_exact_and_tree_rounds_are_switchable(tmp_path):
     from hf_jetspec.tools.bench import BenchConfig, run_bench
 
-    methods = ("ar", "drafter-free", "drafter-free-chain")
+    methods = ("ar", "drafter-free", "drafter-free-tree")
     cfg = BenchConfig(prompts="humaneval", limit=1, max_new_tokens=24, methods=methods, warmup_tokens=4, output=str(tmp_path / "r.json"),
                       dtype="float32")
     run_bench(cfg, progress=False)
     saved = json.loads((tmp_path / "r.json").read_text())["methods"]
     assert all(saved[m]["exact_match_vs_ar"] == 1.0 for m in methods)
-    assert saved["drafter-free"]["drafting_config"]["tree"] is True and saved["drafter-free-chain"]["drafting_config"]["tree"] is False
-    assert "ngram-tree" not in saved["drafter-free-chain"]["source_counts"]
-    off = BenchConfig(prompts="humaneval", limit=1, max_new_tokens=8, methods=("ar", "drafter-free"), warmup_tokens=4, tree="off",
-                      output=str(tmp_path / "off.json"), dtype="float32")
-    run_bench(off, progress=False)
-    assert json.loads((tmp_path / "off.json").read_text())["methods"]["drafter-free"]["drafting_config"]["tree"] is False
+    assert saved["drafter-free"]["drafting_config"]["tree"] is False and saved["drafter-free-tree"]["drafting_config"]["tree"] is True
+    assert "ngram-tree" not in saved["drafter-free"]["source_counts"]
+    auto = BenchConfig(prompts="humaneval", limit=1, max_new_tokens=8, methods=("ar", "drafter-free"), warmup_tokens=4, tree="auto",
+                       output=str(tmp_path / "auto.json"), dtype="float32")
+    run_bench(auto, progress=False)
+    assert json.loads((tmp_path / "auto.json").read_text())["methods"]["drafter-free"]["drafting_config"]["tree"] is True
 
 
 def test_decode_rate_counts_tokens_and_time_after_the_first_chunk():

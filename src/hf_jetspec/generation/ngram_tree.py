@@ -33,9 +33,9 @@ import time
 
 import torch
 
-from ..policy import CostModel, NgramIndex, NgramProposal, OutputMemory, choose_tree_size, choose_verify_length, cost_profile_for
+from ..policy import CostModel, NgramIndex, NgramProposal, OutputMemory, choose_tree_size, choose_verify_length
 from .stats import GenerationStats
-from .tree import DraftTree, accept_greedy, accept_sampled, chain_tree, ranked_tree, tree_positions, truncate_tree
+from .tree import DraftTree, accept_greedy, accept_sampled, chain_tree, ranked_tree, truncate_tree
 
 BRANCH_SOURCE = "ngram-branch"
 
@@ -61,10 +61,11 @@ def branch_conditionals(primary: list[float], divergence: int, rank: int, length
 
 def divergence_depth(candidate: list[int], earlier: list[list[int]]) -> int:
     """How many leading tokens ``candidate`` shares with the trie of ``earlier`` candidates."""
-    return max((_common_prefix(candidate, e) for e in earlier), default=0)
+    return max((common_prefix(candidate, e) for e in earlier), default=0)
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
     k = 0
     for x, y in zip(a, b):
         if x != y:
@@ -145,7 +146,7 @@ def ngram_tree_decoding(target, input_ids, logits_processor, stopping_criteria, 
     from transformers.generation.utils import GenerateDecoderOnlyOutput
 
     from .sampled_drafting import row_pure
-    from .tree_decoding import ProcessedRows, _check_supported, _choose, _commit, _forward, _row_prefix, keep_cache_rows, verification_mask
+    from .tree_decoding import ProcessedRows, _check_supported, _choose, _commit, _forward, _row_prefix, keep_cache_rows, tree_forward
 
     cache = model_kwargs.get("cache")
     _check_supported(target, cache, generation_config, input_ids, model_kwargs)
@@ -177,9 +178,7 @@ def ngram_tree_decoding(target, input_ids, logits_processor, stopping_criteria, 
         stats.chosen_lengths.append(len(tree))
         t1 = time.perf_counter()
         stats.draft_time_s += t1 - t0
-        ids = torch.cat([input_ids[0, -1:], tree.tokens.to(device)])[None]
-        mask = verification_mask(tree, cur - 1, target.dtype, device, boolean_mask)
-        out = _forward(target, ids, tree_positions(tree, cur - 1)[None].to(device), mask, cache, None)
+        out = tree_forward(target, input_ids, tree, cache, None, boolean_mask)
         logits = out.logits[0].float()
         if lazy_rows:
             rows = ProcessedRows(logits, tree, input_ids[0], logits_processor)

@@ -188,6 +188,15 @@ def tree_cache_reason(cache) -> str | None:
     return None
 
 
+def tree_forward(target, input_ids, tree: DraftTree, cache, hidden_layers, boolean_mask: bool):
+    """One verification forward of ``[anchor] + tree nodes``: the anchor is ``input_ids``' last token
+    (not yet in ``cache``), the nodes sit at their depths after it under the tree mask."""
+    anchor_position, device = input_ids.shape[1] - 1, input_ids.device
+    ids = torch.cat([input_ids[0, -1:], tree.tokens.to(device)])[None]
+    mask = verification_mask(tree, anchor_position, target.dtype, device, boolean_mask)
+    return _forward(target, ids, tree_positions(tree, anchor_position)[None].to(device), mask, cache, hidden_layers)
+
+
 def _forward(target, ids, positions, mask, cache, hidden_layers):
     return target(input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True,
                   output_hidden_states=hidden_layers)
@@ -442,9 +451,7 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
             stats.sampled_drafts += 1
         t1 = time.perf_counter()
         stats.draft_time_s += t1 - t0
-        ids = torch.cat([input_ids[0, -1:], tree.tokens.to(device)])[None]
-        mask = verification_mask(tree, cur - 1, target.dtype, device, boolean_mask)
-        out = _forward(target, ids, tree_positions(tree, cur - 1)[None].to(device), mask, cache, hidden_layers)
+        out = tree_forward(target, input_ids, tree, cache, hidden_layers, boolean_mask)
         logits = out.logits[0].float()
         if lazy_rows:  # sampling: each row processed and normalised when verification first reads it
             # multi-draft verification combines the rows with q on the CPU

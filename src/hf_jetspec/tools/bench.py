@@ -9,8 +9,8 @@ Methods:
     prompt-lookup   transformers' prompt lookup decoding (``prompt_lookup_num_tokens``)
     drafter-free    ``generate(assistant_model=DrafterFreeAssistant)``: n-gram and output-memory proposals
                     under the round policy, no drafter weights (its own output memory; ``--budget`` applies;
-                    tree rounds of the distinct continuations unless ``--tree off``)
-    drafter-free-chain  the same with chain rounds (the latest match's continuation only)
+                    ``--tree auto`` gives it tree rounds of the distinct continuations)
+    drafter-free-tree   the same with tree rounds, whatever ``--tree`` says
     jetspec         ``generate(assistant_model=JetSpecDrafter)`` (round policy per ``--policy``, on by default)
     jetspec-fixed   the same drafter, policy off: a full ``budget``-token block every round
     jetspec-length  policy with verify-length selection only (no n-gram proposals or seeding)
@@ -75,7 +75,7 @@ JETSPEC_VARIANTS = {
     "jetspec-int8": {"compile": True, "int8": True},  # the compiled step with int8 products
     "jetspec-online": {},  # the bench's jetspec options on its own drafter copy, learning after every item
 }
-DRAFTER_FREE_VARIANTS = ("drafter-free", "drafter-free-chain")
+DRAFTER_FREE_VARIANTS = ("drafter-free", "drafter-free-tree")
 METHODS = ("ar", "prompt-lookup", *DRAFTER_FREE_VARIANTS, *JETSPEC_VARIANTS, "assisted", "hf-dflash")
 DEFAULT_ASSISTANTS = {"qwen2.5-coder-1.5b": "qwen2.5-coder-0.5b"}
 
@@ -356,7 +356,7 @@ def load_bench(config: BenchConfig) -> BenchSetup:
     for name in (m for m in DRAFTER_FREE_VARIANTS if m in config.methods):
         from ..assistant import DrafterFreeAssistant, DrafterFreeConfig
 
-        free_config = DrafterFreeConfig(tree=name == "drafter-free" and config.tree != "off")
+        free_config = DrafterFreeConfig(tree=name == "drafter-free-tree" or config.tree not in (None, "off"))
         if config.budget is not None:
             free_config = free_config.replace(budget=config.budget)
         drafter_free[name] = DrafterFreeAssistant.for_target(target, free_config)

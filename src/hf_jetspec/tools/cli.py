@@ -279,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--limit", type=int, default=20)
     bench.add_argument("--offset", type=int, default=0, help="skip this many prompts of the fixed shuffle first")
     bench.add_argument("--max-new-tokens", type=int, default=256)
-    bench.add_argument("--methods", default="ar,prompt-lookup,jetspec", help="comma list of ar, prompt-lookup, drafter-free, drafter-free-chain, jetspec, jetspec-chain, jetspec-fixed, jetspec-length, jetspec-ngram, jetspec-j0, jetspec-j1, jetspec-j2, jetspec-tree, jetspec-tree-branched, jetspec-tree-policy, jetspec-tree-branched-policy, jetspec-tree-policy-j0, jetspec-tree-policy-j1, jetspec-baseline, jetspec-compiled, jetspec-int8, jetspec-online, assisted, hf-dflash")
+    bench.add_argument("--methods", default="ar,prompt-lookup,jetspec", help="comma list of ar, prompt-lookup, drafter-free, drafter-free-tree, jetspec, jetspec-chain, jetspec-fixed, jetspec-length, jetspec-ngram, jetspec-j0, jetspec-j1, jetspec-j2, jetspec-tree, jetspec-tree-branched, jetspec-tree-policy, jetspec-tree-branched-policy, jetspec-tree-policy-j0, jetspec-tree-policy-j1, jetspec-baseline, jetspec-compiled, jetspec-int8, jetspec-online, assisted, hf-dflash")
     bench.add_argument("--tree", default=None, choices=["off", "auto"],
                        help="tree verification for every jetspec method (default: the drafter's own drafting_config)")
     bench.add_argument("--tree-top-k", type=int, default=None,
