@@ -215,9 +215,9 @@ def generate_with_features(target, prompts: list[list[int]], sampled: list[bool]
         states = torch.cat([out.hidden_states[h] for h in hidden], dim=-1).to(states_dtype).cpu()
         last = out.logits[:, -1].float()
         nxt = last.argmax(-1)
-        if bool(sample_rows.any()):
-            drawn = torch.multinomial(torch.softmax(last / temperature, dim=-1), 1).squeeze(-1)
-            nxt = torch.where(sample_rows, drawn, nxt)
+        drawing = (sample_rows & ~done).nonzero().squeeze(-1)  # only the sampled rows still answering draw
+        if drawing.numel():
+            nxt[drawing] = torch.multinomial(torch.softmax(last[drawing] / temperature, dim=-1), 1).squeeze(-1)
         final = step == max_new_tokens
         # a decode step feeds one column per row: the whole batch's log-probabilities and top-k at once
         # (the prompt's forward: one row at a time, [n, V] rather than [B, n, V])
