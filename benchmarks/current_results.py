@@ -45,11 +45,11 @@ CURRENT = [
     ]),
     ("Drafter-free, greedy, bf16 (`DrafterFreeAssistant`: no drafter weights; n-gram and output-memory proposals under the "
      "round policy; the hf_jetspec column is this path, beside transformers' prompt lookup in the same run)", [
-        ("SmolLM2-135M, GSM8K (10)", "drafter_free_smollm2_gsm8k.json", "drafter-free"),
-        ("SmolLM2-135M, HumanEval (10)", "drafter_free_smollm2_humaneval.json", "drafter-free"),
+        ("SmolLM2-135M, GSM8K (30)", "drafter_free_trees_smollm2_gsm8k.json", "drafter-free"),
+        ("SmolLM2-135M, HumanEval (30)", "drafter_free_smollm2_humaneval_30.json", "drafter-free"),
         ("SmolLM2-135M, MT-Bench (5, both turns)", "drafter_free_smollm2_mt-bench.json", "drafter-free"),
         ("Qwen2.5-Coder-1.5B, HumanEval (6)", "drafter_free_qwen15_humaneval.json", "drafter-free"),
-        ("Gemma-3-270M (base), continuations (10)", "drafter_free_gemma3_continuation.json", "drafter-free"),
+        ("Gemma-3-270M (base), continuations (30)", "drafter_free_gemma3_continuation_30.json", "drafter-free"),
     ]),
     ("Drafter-free tree rounds, greedy, bf16 (opt-in: `DrafterFreeConfig(tree=True)`, a trie of the distinct n-gram "
      "continuations per round; the hf_jetspec column is that path; the chain path ran in the same run, see "
