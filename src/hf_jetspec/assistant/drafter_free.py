@@ -32,7 +32,7 @@ class DrafterFreeConfig:
         tree: verify a trie of the distinct n-gram continuations in one forward instead of the latest
             one's chain (:mod:`hf_jetspec.generation.ngram_tree`), on targets with a dynamic
             full-attention cache (sliding-window targets run chains). Off by default: against chains
-            in one run it was +4.8% on SmolLM2 GSM8K, -3.1% HumanEval, -1.8% MT-Bench, +0.6% Qwen2.5-Coder
+            in one run it was +4.7% on SmolLM2 GSM8K, -3.1% HumanEval, -1.8% MT-Bench, +0.6% Qwen2.5-Coder
             HumanEval (docs/reports/2026-12-03-drafter-free-trees.md).
         tree_candidates: most distinct continuations a tree round holds.
     """

@@ -33,7 +33,7 @@ import time
 
 import torch
 
-from ..policy import CostModel, NgramIndex, NgramProposal, OutputMemory, choose_tree_size, choose_verify_length
+from ..policy import CostModel, NgramIndex, NgramProposal, OutputMemory, choose_tree_size, choose_verify_length, propose_ngram
 from .stats import GenerationStats
 from .tree import DraftTree, accept_greedy, accept_sampled, chain_tree, ranked_tree, truncate_tree
 
@@ -81,8 +81,6 @@ class NgramTreePolicy:
 
     def __init__(self, memory: OutputMemory, cost: CostModel, budget: int, max_ngram: int = 4, candidates: int = 4,
                  use_memory: bool = True):
-        if candidates < 1:
-            raise ValueError(f"candidates must be >= 1, got {candidates}")
         self.memory, self.cost, self.budget, self.candidates = memory, cost, budget, candidates
         self.use_memory = use_memory
         self.index = NgramIndex(max_ngram=max_ngram, keep=candidates)
@@ -94,24 +92,19 @@ class NgramTreePolicy:
         """This round's tree after ``tokens`` (the whole sequence so far) and its source: ``"plain"``,
         ``"ngram"`` (one candidate) or ``"ngram-tree"``."""
         self.index.extend(tokens[len(self.index.tokens) :])
-        self._proposal, self.primary_nodes, self._branch = None, [], []
+        self.primary_nodes, self._branch = [], []
         costs = self.cost.verify_costs(self.budget - 1)
-        found = self.index.continuations(max_depth, self.candidates) if max_depth > 0 else []
-        if found:
-            self._proposal = NgramProposal(found[0][0], "sequence", found[0][1])
-        elif max_depth > 0 and self.use_memory:
-            cont = self.memory.lookup(self.index.suffix(self.memory.memory_ngram), max_depth)
-            if cont:
-                self._proposal = NgramProposal(cont, "memory", self.memory.memory_ngram)
-                found = [(cont, self.memory.memory_ngram)]
+        self._proposal = propose_ngram(self.index, self.memory if self.use_memory else None, max_depth) if max_depth > 0 else None
         if self._proposal is None:
             return chain_tree([]), "plain"
+        cands = [self._proposal.tokens]
+        if self._proposal.source == "sequence":  # the first continuation is the proposal itself
+            cands = [c for c, _ in self.index.continuations(max_depth, self.candidates)]
         primary = self.memory.accept_probs(self._proposal)
-        if len(found) == 1:
+        if len(cands) == 1:
             choice = choose_verify_length(primary, costs)
             self.primary_nodes = list(range(choice.length))
             return chain_tree(self._proposal.tokens[: choice.length]), "plain" if choice.length == 0 else "ngram"
-        cands = [c for c, _ in found]
         chains = [(cands[0], primary)]
         for r in range(1, len(cands)):
             chains.append((cands[r], branch_conditionals(primary, divergence_depth(cands[r], cands[:r]), r, len(cands[r]))))

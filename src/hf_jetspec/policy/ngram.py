@@ -42,9 +42,9 @@ def periodic_continuation(seq: list[int], pos: int, max_tokens: int) -> list[int
 
 class NgramIndex:
     """Incremental index of one token sequence: n-gram -> positions right after its latest
-    ``keep`` occurrences (the latest last)."""
+    ``keep`` occurrences (the latest last; chain rounds read the latest only, tree rounds several)."""
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 1, keep: int = 4):
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 1, keep: int = 1):
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         if keep < 1:
