@@ -6,7 +6,8 @@ import torch
 from hf_jetspec import default_target_layer_ids
 from hf_jetspec.drafter.configuration_drafter import rope_theta_of
 from hf_jetspec.drafter.jacobi import initial_block_inputs, jacobi_refine, refined_block_inputs, sample_noise_tokens
-from hf_jetspec.drafter.masks import block_attention_mask, context_visibility
+from hf_jetspec.drafter.layers import packed_block_attention
+from hf_jetspec.drafter.masks import PackedBlocks, block_attention_mask, context_visibility
 from hf_jetspec.generation.stopping import first_stop_length, truncate_generate_output
 from hf_jetspec.generation.stats import GenerationStats, accept_length_histogram
 from reference_verify import exact_match_verify, greedy_accept_length, point_mass_accept_probability, rejection_accept_probability
@@ -106,6 +107,27 @@ def test_block_attention_mask():
     ]
     b = block_attention_mask(context_visibility(torch.tensor([[2]]), 2), 2, causal=False)[0, 0].int().tolist()
     assert b == [[1, 1, 1, 1], [1, 1, 1, 1]]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_packed_block_attention_equals_the_dense_mask(causal):
+    """The structured training attention gives SDPA's output and gradients under the dense mask
+    (float32; grouped-query heads; a block whose anchor is 0 sees no context row)."""
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(0)
+    bsz, heads, kv_heads, nb, length, ctx, dim = 2, 6, 2, 3, 4, 7, 8
+    q = torch.randn(bsz, heads, nb * length, dim, generator=g, requires_grad=True)
+    kv = [torch.randn(bsz, kv_heads, n, dim, generator=g, requires_grad=True) for n in (ctx, ctx, nb * length, nb * length)]
+    blocks = PackedBlocks(context_visibility(torch.tensor([[0, 3, 5], [2, 2, 7]]), ctx), length, causal)
+    packed = packed_block_attention(q, *kv, blocks)
+    dense = F.scaled_dot_product_attention(q, torch.cat(kv[0::2], 2), torch.cat(kv[1::2], 2), attn_mask=blocks.dense(), enable_gqa=True)
+    torch.testing.assert_close(packed, dense, rtol=1e-5, atol=1e-6)
+    w = torch.randn(packed.shape, generator=g)
+    grads_packed = torch.autograd.grad((packed * w).sum(), [q, *kv])
+    grads_dense = torch.autograd.grad((dense * w).sum(), [q, *kv])
+    for a, b in zip(grads_packed, grads_dense):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_stats():

@@ -1,5 +1,7 @@
 """Trainer mechanics on a tiny target: every label mode trains; rollouts equal greedy generation."""
 
+import math
+
 import pytest
 import torch
 
@@ -78,6 +80,43 @@ def test_topk_label_logits_hand_numbers():
 
     logits = topk_label_logits(torch.tensor([[2, 0]]), torch.tensor([[0.6, 0.3]]).log(), 4)
     torch.testing.assert_close(torch.softmax(logits, -1), torch.tensor([[1 / 3, 0.0, 2 / 3, 0.0]]))
+
+
+def test_topk_divergence_hand_numbers():
+    """p = (2/3 on token 2, 1/3 on token 0) from top-2 log-probabilities 0.6, 0.3; q uniform over 4 tokens."""
+    from hf_jetspec.training.losses import TopKLabels, divergence
+
+    labels = TopKLabels(torch.tensor([[2, 0]]), torch.tensor([[0.6, 0.3]]).log())
+    z = torch.zeros(1, 4)
+    expected = 2 / 3 * math.log((2 / 3) / 0.25) + 1 / 3 * math.log((1 / 3) / 0.25)
+    assert divergence(labels, z, "forward_kl").item() == pytest.approx(expected, rel=1e-6)
+    assert divergence(labels, z, "cross_entropy").item() == pytest.approx(math.log(4), rel=1e-6)
+    assert divergence(labels, z, "reverse_kl").item() > 1e3  # q puts mass where p has none
+
+
+@pytest.mark.parametrize("kind", ["forward_kl", "cross_entropy", "reverse_kl"])
+def test_topk_divergence_equals_the_dense_one(kind):
+    """Top-k labels (with padding and dropped entries at MISSING_LOGIT, parked on id 0) give the dense
+    labels' divergence and gradient."""
+    from hf_jetspec.training.losses import MISSING_LOGIT, TopKLabels, divergence, label_argmax, label_known
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.stack([torch.randperm(50, generator=g)[:8] for _ in range(24)]).view(2, 3, 4, 8)
+    lp = torch.log_softmax(torch.randn(2, 3, 4, 8, generator=g) * 2, -1)
+    drop = torch.rand(2, 3, 4, 8, generator=g) < 0.3
+    ids, lp = torch.where(drop, 0, ids), torch.where(drop, MISSING_LOGIT, lp)
+    lp[0, 0, 0] = MISSING_LOGIT  # a label with nothing left
+    labels = TopKLabels(ids, lp)
+    z1 = (torch.randn(2, 3, 4, 50, generator=g) * 3).requires_grad_()
+    z2 = z1.detach().clone().requires_grad_()
+    sparse, dense = divergence(labels, z1, kind), divergence(labels.dense(50), z2, kind)
+    known = label_known(labels)
+    assert known.tolist() == label_known(labels.dense(50)).tolist() and not known[0, 0, 0] and known.sum() == 23
+    assert torch.equal(label_argmax(labels)[known], label_argmax(labels.dense(50))[known])
+    torch.testing.assert_close(sparse[known], dense[known], rtol=1e-5, atol=1e-5)
+    (sparse * known).sum().backward()
+    (dense * known).sum().backward()
+    torch.testing.assert_close(z1.grad, z2.grad, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("labels,draft_vocab", [("corpus", None), ("erase", None), ("corpus", 40)])

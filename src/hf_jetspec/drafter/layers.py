@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .masks import PackedBlocks, inner_block_mask
+
 
 class RMSNorm(nn.Module):
     def __init__(self, hidden_size: int, eps: float = 1e-6):
@@ -159,6 +161,9 @@ def attention_forward(attn: nn.Module, x, cos, sin, mask, prefix_kv, num_heads: 
     b, t, _ = x.shape
     q = project_q(attn, x, cos, sin, num_heads, head_dim)
     k, v = project_kv(attn, x, cos, sin, num_kv_heads, head_dim)
+    if isinstance(mask, PackedBlocks):
+        out = packed_block_attention(q, prefix_kv[0].to(k.dtype), prefix_kv[1].to(v.dtype), k, v, mask)
+        return attn.o_proj(out.transpose(1, 2).reshape(b, t, num_heads * head_dim))
     if callable(prefix_kv):
         k, v = prefix_kv(k, v)
     elif prefix_kv is not None:
@@ -166,6 +171,32 @@ def attention_forward(attn: nn.Module, x, cos, sin, mask, prefix_kv, num_heads: 
         v = torch.cat([prefix_kv[1].to(v.dtype), v], dim=2)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=num_kv_heads != num_heads)
     return attn.o_proj(out.transpose(1, 2).reshape(b, t, num_heads * head_dim))
+
+
+def packed_block_attention(q, k_ctx, v_ctx, k_blk, v_blk, blocks: PackedBlocks) -> torch.Tensor:
+    """Attention of packed blocks under :class:`~hf_jetspec.drafter.masks.PackedBlocks`.
+
+    ``q`` [B, heads, nb * L, D]; ``k_ctx``/``v_ctx`` [B, kv_heads, C, D]; ``k_blk``/``v_blk``
+    [B, kv_heads, nb * L, D]. Each block's rows score the context and their own block only (``nb``
+    L x L tiles instead of an ``nb * L``-wide strip, most of it masked), and one softmax runs over
+    both parts in float32. Equals ``scaled_dot_product_attention`` under ``blocks.dense()`` (the
+    tests hold it to that); grouped-query heads share their key/value head without a copy.
+    """
+    bsz, heads, rows, dim = q.shape
+    kv_heads, ctx_len = k_ctx.shape[1], k_ctx.shape[2]
+    nb, length = blocks.ctx_visible.shape[1], blocks.block_len
+    group = heads // kv_heads
+    scale = dim ** -0.5
+    q_ctx = q.reshape(bsz, kv_heads, group * rows, dim)  # the heads of one group share their key/value head
+    s_ctx = (q_ctx @ k_ctx.transpose(-1, -2)).view(bsz, kv_heads, group, nb, length, ctx_len).float() * scale
+    q_blk = q.reshape(bsz, kv_heads, group, nb, length, dim)
+    s_blk = (q_blk @ k_blk.reshape(bsz, kv_heads, 1, nb, length, dim).transpose(-1, -2)).float() * scale
+    s_ctx = s_ctx.masked_fill(~blocks.ctx_visible.to(q.device)[:, None, None, :, None, :], float("-inf"))
+    s_blk = s_blk.masked_fill(~inner_block_mask(length, blocks.causal, q.device), float("-inf"))
+    p = torch.softmax(torch.cat([s_ctx, s_blk], dim=-1), dim=-1).to(q.dtype)  # a row always sees itself
+    out = (p[..., :ctx_len].reshape(bsz, kv_heads, group * rows, ctx_len) @ v_ctx).view(bsz, kv_heads, group, nb, length, dim)
+    out = out + p[..., ctx_len:] @ v_blk.reshape(bsz, kv_heads, 1, nb, length, dim)
+    return out.reshape(bsz, heads, rows, dim)
 
 
 def foreign_layer_forward(layer: nn.Module, x, cos, sin, mask, prefix_kv, num_heads: int, num_kv_heads: int, head_dim: int) -> torch.Tensor:

@@ -8,6 +8,8 @@ blocks against a cached context plus optional extra rows (:func:`context_block_m
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 
@@ -42,6 +44,25 @@ def block_attention_mask(ctx_visible: torch.Tensor, block_len: int, causal: bool
     blk = blk.reshape(nb, block_len, nb * block_len)[None].expand(bsz, nb, block_len, nb * block_len)
     mask = torch.cat([ctx, blk], dim=-1)
     return mask.reshape(bsz, 1, nb * block_len, context_len + nb * block_len)
+
+
+@dataclass
+class PackedBlocks:
+    """The training view's mask in structured form: ``nb`` blocks of ``block_len`` rows packed along
+    the sequence, block ``b`` seeing the context rows ``ctx_visible[:, b]`` [B, nb, C] and inside
+    itself the rows up to its own (``causal``) or the whole block; blocks never see each other.
+
+    :func:`~hf_jetspec.drafter.layers.packed_block_attention` attends under it without the
+    ``[nb * L, C + nb * L]`` dense mask, whose block-to-block part is almost all False;
+    :meth:`dense` is that mask (:func:`block_attention_mask`).
+    """
+
+    ctx_visible: torch.Tensor
+    block_len: int
+    causal: bool
+
+    def dense(self) -> torch.Tensor:
+        return block_attention_mask(self.ctx_visible, self.block_len, self.causal)
 
 
 def context_block_mask(batch_size: int, length: int, context_len: int, extra_visible: torch.Tensor | None, causal: bool, device) -> torch.Tensor:

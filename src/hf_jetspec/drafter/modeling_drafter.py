@@ -19,7 +19,7 @@ from .drafting_config import DRAFTING_CONFIG_NAME, DraftingConfig
 from .int8_drafting import Int8Head, check_int8_device, int8_linear, is_quantized, quantize_linear, restore_linear
 from ..kernels import head_summary, summarise_logits
 from .layers import DecoderLayer, RMSNorm, RotaryTable
-from .masks import block_attention_mask, context_visibility, sliding_window_mask
+from .masks import PackedBlocks, context_visibility, sliding_window_mask
 from .target_info import check_target_matches, target_decoder_layers, target_shape_fields, target_signature
 from .hub_files import companion_file, hub_options
 from .weight_storage import WEIGHT_STORAGES
@@ -546,10 +546,10 @@ class JetSpecDrafter(PreTrainedModel):
         x = self.embed_block(block_input_ids.reshape(bsz, nb * gamma), None if noise_mask is None else noise_mask.reshape(bsz, nb * gamma))
         positions = (anchor_positions[:, :, None] + torch.arange(gamma, device=anchor_positions.device)).reshape(bsz, nb * gamma)
         cos, sin = self._rotary(positions.to(self.device))
-        mask = block_attention_mask(context_visible.to(self.device), gamma, self.config.attention == "causal")
+        mask = PackedBlocks(context_visible.to(self.device), gamma, self.config.attention == "causal")
         if self.config.sliding_window is not None:
             keys = torch.cat([context_positions.to(self.device), positions.to(self.device)], dim=1)
-            mask = mask & sliding_window_mask(positions.to(self.device), keys, self.config.sliding_window)
+            mask = mask.dense() & sliding_window_mask(positions.to(self.device), keys, self.config.sliding_window)
         for layer in self.layers:
             kv = layer.context_kv(ctx, ctx_cos, ctx_sin)
             x = layer(x, cos, sin, mask, kv)

@@ -10,7 +10,7 @@ from transformers import PreTrainedModel
 
 from ..drafter.drafter_cache import BlockAttention, DrafterCache
 from ..drafter.layers import DecoderLayer, RotaryTable
-from ..drafter.masks import block_attention_mask, context_visibility
+from ..drafter.masks import PackedBlocks, context_visibility
 from ..drafter.target_info import check_target_matches, target_decoder_layers, target_shape_fields
 from .configuration_adapter import ForesightAdapterConfig
 
@@ -195,7 +195,7 @@ class ForesightAdapter(PreTrainedModel):
         ctx_cos, ctx_sin = self._rotary(ctx_pos)
         positions = (anchor_positions.to(device)[:, :, None] + torch.arange(length, device=device)).reshape(bsz, nb * length)
         cos, sin = self._rotary(positions)
-        mask = block_attention_mask(context_visibility(anchor_positions.to(device), t), length, causal=True)
+        mask = PackedBlocks(context_visibility(anchor_positions.to(device), t), length, causal=True)
         x = self._embed(block_input_ids.reshape(bsz, nb * length))
         preds = []
         for m, stack in enumerate(self.stacks):

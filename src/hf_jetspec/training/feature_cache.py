@@ -33,8 +33,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch.utils.data import Dataset
 
+from .losses import MISSING_LOGIT, TopKLabels
+
 INDEX_NAME = "feature_cache.json"
-MISSING_LOGIT = -1.0e4  # logit of tokens outside the stored top-k (probability exactly 0 in float32)
 STATE_STORAGES = ("float16", "bfloat16", "float8_e4m3fn")
 FP8_MAX = 448.0  # the largest finite float8_e4m3fn
 
@@ -114,8 +115,7 @@ def topk_label_logits(topk_ids: torch.Tensor, topk_logprobs: torch.Tensor, vocab
     Their softmax is the target's distribution restricted to the k tokens and renormalised. Where
     an id repeats, the largest value is kept (entries set to ``MISSING_LOGIT`` are thus harmless).
     """
-    out = torch.full((*topk_ids.shape[:-1], vocab_size), MISSING_LOGIT, dtype=torch.float32, device=topk_ids.device)
-    return out.scatter_reduce_(-1, topk_ids.long(), topk_logprobs.float(), reduce="amax")
+    return TopKLabels(topk_ids, topk_logprobs).dense(vocab_size)
 
 
 def next_token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

@@ -9,8 +9,8 @@ from .blocks import clean_prefix_schedule, leading_matches, noisy_block_inputs, 
 from .config import JetSpecTrainingArguments
 from .labels import inherited_slots, ira_offsets, survival_gate
 from .rollout import greedy_rollouts
-from .feature_cache import MISSING_LOGIT, next_token_logprobs, topk_label_logits
-from .losses import divergence
+from .feature_cache import next_token_logprobs
+from .losses import MISSING_LOGIT, TopKLabels, divergence, label_argmax, label_known
 
 
 class JetSpecTrainer(FrozenTargetTrainer):
@@ -88,16 +88,18 @@ class JetSpecTrainer(FrozenTargetTrainer):
         label_logits = blocks["labels"]
         if use_rollouts and drafter.config.draft_vocab_size is not None:
             label_logits = label_logits.index_select(-1, drafter.draft_vocab.to(label_logits.device))
-        per_slot = divergence(label_logits.to(draft_logits.device), draft_logits, args.divergence)
+        label_logits = label_logits.to(draft_logits.device)
+        per_slot = divergence(label_logits, draft_logits, args.divergence)
         w = blocks["weights"].to(per_slot.device)
         loss = (per_slot * w).sum() / w.sum().clamp(min=1e-8)
 
         with torch.no_grad():
             noised = (clean[:n_primary] == 0)[None, :].expand(ids.shape[0], n_primary) & valid
-            if noised.any():
-                agree = (draft_logits[:, :n_primary].argmax(-1) == label_logits[:, :n_primary].argmax(-1).to(draft_logits.device)).long()
-                self._record("acc_first", agree[..., 0][noised].float().mean().item())
-                self._record("tau_est", 1.0 + leading_matches(agree, torch.ones_like(agree))[noised].float().mean().item())
+            if noised.any():  # only the fully noised blocks' argmaxes are needed
+                rows = noised.to(draft_logits.device)
+                agree = (draft_logits[:, :n_primary][rows].argmax(-1) == label_argmax(label_logits[:, :n_primary][rows])).long()
+                self._record("acc_first", agree[..., 0].float().mean().item())
+                self._record("tau_est", 1.0 + leading_matches(agree, torch.ones_like(agree)).float().mean().item())
         return (loss, fwd) if return_outputs else loss
 
     @staticmethod
@@ -113,9 +115,8 @@ class JetSpecTrainer(FrozenTargetTrainer):
 
     @staticmethod
     def _cached_labels(drafter, topk_ids, topk_logprobs):
-        """Label logits at ``pos`` from cached top-k log-probabilities (tokens outside the draft vocabulary dropped)."""
+        """:class:`TopKLabels` at ``pos`` from cached top-k log-probabilities (tokens outside the draft vocabulary dropped)."""
         index = drafter.draft_index()
-        size = drafter.config.target_vocab_size if index is None else drafter.config.draft_vocab_size
 
         def labels_at(pos):
             b = torch.arange(pos.shape[0])[:, None, None]
@@ -124,7 +125,7 @@ class JetSpecTrainer(FrozenTargetTrainer):
                 ids = index[ids]
                 lp = torch.where(ids >= 0, lp, torch.full_like(lp, MISSING_LOGIT))
                 ids = ids.clamp(min=0)
-            return topk_label_logits(ids, lp, size)
+            return TopKLabels(ids, lp)
 
         return labels_at
 
@@ -136,7 +137,7 @@ class JetSpecTrainer(FrozenTargetTrainer):
         weights = w_slot[None, None, :] * valid[..., None].float()
         # a label with no token inside the draft vocabulary (every stored token outside it) says nothing
         # the drafter can learn: its softmax would be uniform, so it gets no weight
-        weights = weights * (label_logits.max(-1).values > MISSING_LOGIT / 2).float().to(weights.device)
+        weights = weights * label_known(label_logits).float().to(weights.device)
         if labels == "erase":
             p_next = next_logprob.exp()
             weights = weights * survival_gate(torch.gather(p_next[:, None, :].expand(-1, anchors.shape[1], -1), 2, pos))
