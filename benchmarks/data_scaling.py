@@ -2,7 +2,7 @@
 
     python benchmarks/data_scaling.py --cache runs/regen-smollm2-30k \
         --point 2x1536:3000 --point 2x1536:6000 --point 2x1536:12000 --point 2x1536:30000 --point 4x1536:30000 \
-        --output benchmarks/results/data_scaling_smollm2.json
+        --reference hub_cards/jetspec-smollm2-135m --output benchmarks/results/data_scaling_smollm2.json
 
 Every point trains a drafter of one size (LAYERSxMLP_WIDTH) from the target's top layers on the
 first N answers of one regeneration (``examples/regenerate.py``), with one recipe: Jacobi-forcing
@@ -82,6 +82,9 @@ def plot(result: dict, path: Path, goal: float) -> None:
         ax.plot([a for a, _, _ in pts], [t for _, t, _ in pts], "o-", label=f"{size} drafter")
         for a, t, h in pts:
             ax.annotate(f"{h:.1f} CPU-h", (a, t), textcoords="offset points", xytext=(4, -12), fontsize=7)
+    ref = result.get("reference")
+    if ref:
+        ax.axhline(ref["tau"], color="black", lw=0.8, ls="-.", label=f"{Path(ref['drafter']).name}: {ref['tau']:.3f}")
     fit = result.get("fit")
     if fit:
         line = fit_log_linear([a for a, _ in fit["points"]], [t for _, t in fit["points"]])
@@ -101,6 +104,30 @@ def plot(result: dict, path: Path, goal: float) -> None:
     plt.close(fig)
 
 
+def load_items(args):
+    """The bf16 target and the held-out benchmark items of ``--prompts``."""
+    from hf_jetspec import load_target
+    from hf_jetspec.data import load_eval_prompts
+    from hf_jetspec.tools.bench import build_items
+
+    target, tok = load_target(args.target, dtype="bfloat16")
+    items = {}
+    for s in args.prompts.split(","):
+        name, _, offset = s.partition(":")
+        items[s] = build_items(tok, target, load_eval_prompts(name, limit=args.limit, offset=int(offset or 0)), args.max_new_tokens)
+    return target, items
+
+
+def measure(target, items: dict, folder: str, max_new_tokens: int, refs: dict) -> dict:
+    """A drafter alone (chains, J1, budget 16, policy off) on every set: ``{set: {"tau", "exact", ...}}``."""
+    from hf_jetspec import JetSpecDrafter
+    from hf_jetspec.training.drafter_tau import acceptance_on_items
+
+    drafter = JetSpecDrafter.from_pretrained(folder)
+    return {s: acceptance_on_items(target, drafter, its, max_new_tokens, refs, num_jacobi_passes=1, budget=16, policy=False)
+            for s, its in items.items()}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cache", required=True, help="a regeneration folder (examples/regenerate.py)")
@@ -113,6 +140,8 @@ def main(argv=None) -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--goal", type=float, default=2.0)
     ap.add_argument("--no-train", action="store_true", help="measure and plot what is trained; start no training")
+    ap.add_argument("--reference", default=None, metavar="FOLDER",
+                    help="a drafter measured once on the same prompts and drawn as a level line (e.g. the shipped drafter)")
     ap.add_argument("--output", required=True)
     args = ap.parse_args(argv)
 
@@ -146,22 +175,9 @@ def main(argv=None) -> None:
             print(" ".join(command), flush=True)
             subprocess.run(command, check=True, cwd=ROOT)
         if target is None:
-            from hf_jetspec import load_target
-            from hf_jetspec.data import load_eval_prompts
-            from hf_jetspec.tools.bench import build_items
-
-            target, tok = load_target(args.target, dtype="bfloat16")
-            items = {}
-            for s in args.prompts.split(","):
-                name, _, offset = s.partition(":")
-                items[s] = build_items(tok, target, load_eval_prompts(name, limit=args.limit, offset=int(offset or 0)), args.max_new_tokens)
-        from hf_jetspec import JetSpecDrafter
-        from hf_jetspec.training.drafter_tau import acceptance_on_items
-
-        drafter = JetSpecDrafter.from_pretrained(str(run_dir / "final"))
+            target, items = load_items(args)
         t0 = time.perf_counter()
-        per_set = {s: acceptance_on_items(target, drafter, its, args.max_new_tokens, refs, num_jacobi_passes=1, budget=16, policy=False)
-                   for s, its in items.items()}
+        per_set = measure(target, items, str(run_dir / "final"), args.max_new_tokens, refs)
         regen_h = regeneration_cpu_hours(manifest, answers)
         train_h = train_cpu_hours(run_dir) or 0.0
         point = {"size": size, "layers": layers, "mlp_width": width, "answers": answers, "epochs": args.epochs,
@@ -189,6 +205,18 @@ def main(argv=None) -> None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(result, indent=1) + "\n")
         plot(result, output.with_suffix(".png"), args.goal)
+    if args.reference and result.get("reference", {}).get("drafter") != args.reference:
+        if target is None:
+            target, items = load_items(args)
+        per_set = measure(target, items, args.reference, args.max_new_tokens, refs)
+        result["reference"] = {"drafter": args.reference, "tau": round(sum(r["tau"] for r in per_set.values()) / len(per_set), 4),
+                               "tau_per_set": {s: round(r["tau"], 4) for s, r in per_set.items()},
+                               "exact": all(r["exact"] for r in per_set.values())}
+        print({"reference": result["reference"]}, flush=True)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(result, indent=1) + "\n")
+        if result["points"]:
+            plot(result, output.with_suffix(".png"), args.goal)
     if not result["points"]:
         print("no point measured yet")
 
