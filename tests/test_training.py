@@ -75,10 +75,10 @@ def test_missing_target_is_an_error(tmp_path, llama_target):
         JetSpecTrainingArguments(output_dir=str(tmp_path), labels="magic")
 
 
-def test_topk_label_logits_hand_numbers():
-    from hf_jetspec.training.feature_cache import topk_label_logits
+def test_topk_labels_dense_hand_numbers():
+    from hf_jetspec.training.losses import TopKLabels
 
-    logits = topk_label_logits(torch.tensor([[2, 0]]), torch.tensor([[0.6, 0.3]]).log(), 4)
+    logits = TopKLabels(torch.tensor([[2, 0]]), torch.tensor([[0.6, 0.3]]).log()).dense(4)
     torch.testing.assert_close(torch.softmax(logits, -1), torch.tensor([[1 / 3, 0.0, 2 / 3, 0.0]]))
 
 

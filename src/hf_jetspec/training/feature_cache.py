@@ -33,7 +33,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch.utils.data import Dataset
 
-from .losses import MISSING_LOGIT, TopKLabels
+from .losses import MISSING_LOGIT
 
 INDEX_NAME = "feature_cache.json"
 STATE_STORAGES = ("float16", "bfloat16", "float8_e4m3fn")
@@ -107,15 +107,6 @@ def layer_columns(stored: list[int], wanted: list[int], hidden: int) -> torch.Te
     if missing:
         raise ValueError(f"the feature cache holds target layers {stored}, not {missing}")
     return torch.cat([torch.arange(stored.index(i) * hidden, (stored.index(i) + 1) * hidden) for i in wanted])
-
-
-def topk_label_logits(topk_ids: torch.Tensor, topk_logprobs: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """Dense logits [..., V] from top-k ids/log-probabilities: stored values there, ``MISSING_LOGIT`` elsewhere.
-
-    Their softmax is the target's distribution restricted to the k tokens and renormalised. Where
-    an id repeats, the largest value is kept (entries set to ``MISSING_LOGIT`` are thus harmless).
-    """
-    return TopKLabels(topk_ids, topk_logprobs).dense(vocab_size)
 
 
 def next_token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

@@ -18,9 +18,10 @@ class TopKLabels:
     vocabulary) and ``logprobs`` [..., k], renormalised over the k at use; an entry at ``MISSING_LOGIT``
     has probability 0 (a token outside the draft vocabulary, or padding).
 
-    Equal to the dense logits of :func:`~hf_jetspec.training.feature_cache.topk_label_logits`, without
-    building a ``[..., V]`` tensor: the forward KL against them reads the drafter's log-probabilities
-    at k ids and one log-sum-exp per position.
+    :meth:`dense` gives the same labels as ``[..., V]`` logits (``MISSING_LOGIT`` off the k; where an id
+    repeats, the largest value is kept, so entries at ``MISSING_LOGIT`` are harmless); the forward KL
+    reads them without building that tensor: the drafter's log-probabilities at k ids and one
+    log-sum-exp per position.
     """
 
     ids: torch.Tensor

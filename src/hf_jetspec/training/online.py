@@ -157,7 +157,7 @@ def with_soft_labels(item: dict, labels: dict, offset: int = 0) -> dict:
     distributions in place of its top-1 labels where a position has one (``labels``: absolute position ->
     (ids, log-probabilities); the item starts at absolute position ``offset``). Positions without one
     keep the committed token, padded with ``MISSING_LOGIT`` columns."""
-    from .feature_cache import MISSING_LOGIT
+    from .losses import MISSING_LOGIT
 
     k = len(next(iter(labels.values()))[0])
     n = item["input_ids"].numel()

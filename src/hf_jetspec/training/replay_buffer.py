@@ -22,7 +22,7 @@ from collections import deque
 import torch
 from safetensors.torch import load_file, save_file
 
-from .feature_cache import MISSING_LOGIT
+from .losses import MISSING_LOGIT
 
 BUFFER_INDEX = "replay_buffer.json"
 BUFFER_WEIGHTS = "replay_buffer.safetensors"
