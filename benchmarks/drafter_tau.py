@@ -55,8 +55,9 @@ def main() -> None:
         refs: dict = {}
         row = {"prompts": spec, "items": len(items)}
         for spec, drafter in drafters.items():
-            row[spec] = acceptance_on_items(target, drafter, items, args.max_new_tokens, refs, num_jacobi_passes=args.jacobi_passes,
-                                            budget=args.budget, policy=False, int8=spec.endswith("@int8"))
+            r = acceptance_on_items(target, drafter, items, args.max_new_tokens, refs, num_jacobi_passes=args.jacobi_passes,
+                                    budget=args.budget, policy=False, int8=spec.endswith("@int8"))
+            row[spec] = r | {"divergent": [d["item"] for d in r["divergent"]]}  # the items; data_scaling.py scores them
         rows.append(row)
         print(json.dumps(row))
     out = {"config": vars(args), "rows": rows}

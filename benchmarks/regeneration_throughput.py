@@ -6,7 +6,9 @@ Runs :func:`hf_jetspec.training.regenerate.generate_with_features` (left-padded 
 dynamic cache per batch, read-layer states and top-64 log-probabilities recorded at every step) on
 the same regeneration prompts for each batch size, one after another in one process, and reports
 generated tokens per second. Rows finish at their EOS, so a larger batch also idles on its longest
-answer: that cost is part of what is measured.
+answer: that cost is part of what is measured. --drop-finished both measures each batch size twice,
+finished rows fed padding to the end of the batch and finished rows leaving it (the default since
+2026-12-04), side by side.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ def main(argv=None) -> None:
     parser.add_argument("--batch-sizes", default="1,4,8,16,32")
     parser.add_argument("--num-prompts", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--max-prompt-tokens", type=int, default=256)
+    parser.add_argument("--sources", default=None, help="comma list of regeneration sources (default: the default sources)")
+    parser.add_argument("--drop-finished", default="yes", choices=["yes", "no", "both"],
+                        help="finished rows leave the batch (yes), stay fed with padding (no), or both side by side")
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
 
@@ -36,7 +42,9 @@ def main(argv=None) -> None:
 
     target, tokenizer = load_target(args.target, dtype=args.dtype)
     layer_ids = default_target_layer_ids(target.config.num_hidden_layers)
-    prompts, _ = regeneration_prompts(tokenizer, RegenerationConfig(num_prompts=args.num_prompts))
+    sources = {"sources": tuple(args.sources.split(","))} if args.sources else {}
+    prompts, _ = regeneration_prompts(tokenizer, RegenerationConfig(num_prompts=args.num_prompts, max_prompt_tokens=args.max_prompt_tokens,
+                                                                    **sources))
     eos = target.generation_config.eos_token_id
     eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
     states_dtype = torch.bfloat16 if target.dtype == torch.bfloat16 else torch.float16
@@ -44,19 +52,26 @@ def main(argv=None) -> None:
               "target": args.target, "dtype": str(target.dtype).replace("torch.", ""), "prompts": len(prompts),
               "max_new_tokens": args.max_new_tokens, "environment": _environment(target.device), "rows": []}
     generate_with_features(target, [prompts[0].input_ids], [False], layer_ids, 4, 64, 1.0, eos_ids, 0, states_dtype)  # warm-up
+    result["prompt_tokens_mean"] = round(sum(len(p.input_ids) for p in prompts) / len(prompts), 1)
+    drops = {"yes": [True], "no": [False], "both": [False, True]}[args.drop_finished]
     for bsz in [int(b) for b in args.batch_sizes.split(",")]:
-        tokens, t0 = 0, time.perf_counter()
-        for b0 in range(0, len(prompts), bsz):
-            batch = prompts[b0 : b0 + bsz]
-            items = generate_with_features(target, [p.input_ids for p in batch], [False] * len(batch), layer_ids, args.max_new_tokens,
-                                           64, 1.0, eos_ids, 0, states_dtype)
-            tokens += sum(int(it["input_ids"].numel()) - len(p.input_ids) for it, p in zip(items, batch))
-        seconds = time.perf_counter() - t0
-        row = {"batch_size": bsz, "generated_tokens": tokens, "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds, 2)}
-        result["rows"].append(row)
-        print(json.dumps(row), flush=True)
+        for drop in drops:
+            tokens, t0 = 0, time.perf_counter()
+            for b0 in range(0, len(prompts), bsz):
+                batch = prompts[b0 : b0 + bsz]
+                items = generate_with_features(target, [p.input_ids for p in batch], [False] * len(batch), layer_ids, args.max_new_tokens,
+                                               64, 1.0, eos_ids, 0, states_dtype, drop_finished=drop)
+                tokens += sum(int(it["input_ids"].numel()) - len(p.input_ids) for it, p in zip(items, batch))
+            seconds = time.perf_counter() - t0
+            row = {"batch_size": bsz, "drop_finished": drop, "generated_tokens": tokens, "seconds": round(seconds, 2),
+                   "tokens_per_s": round(tokens / seconds, 2)}
+            result["rows"].append(row)
+            print(json.dumps(row), flush=True)
     best = max(result["rows"], key=lambda r: r["tokens_per_s"])
     result["best_batch_size"] = best["batch_size"]
+    if len(drops) == 2:
+        result["drop_finished_speedup"] = {str(b["batch_size"]): round(b["tokens_per_s"] / a["tokens_per_s"], 3)
+                                           for a, b in zip(result["rows"][::2], result["rows"][1::2])}
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(result, indent=1) + "\n")

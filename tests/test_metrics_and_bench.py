@@ -222,3 +222,33 @@ def test_dump_json_keeps_objects_indented_and_value_lists_on_one_line():
     text = dump_json(data)
     assert json.loads(text) == data and text.endswith("}\n")
     assert '"hist": [0, 2]' in text and '"items": ["a", "b"]' in text and "  [1, 2, 3],\n" in text
+
+
+def test_acceptance_on_items_lists_divergent_items_and_they_score_in_fp32(trained_llama):
+    """An item whose output differs from the (here: doctored) reference is listed with both token
+    lists; its fp32 margin is the target's logit gap of the two tokens on the reference's prefix, and
+    it counts as a tie only within the margin given."""
+    from hf_jetspec.tools.numerics import score_item_divergences
+    from hf_jetspec.training.drafter_tau import acceptance_on_items
+
+    target, drafter, prompts = trained_llama
+    items = [(str(i), prompts[i : i + 1]) for i in range(2)]
+    refs: dict = {}
+    assert acceptance_on_items(target, drafter, items, 12, refs)["divergent"] == []
+    n = prompts.shape[1]
+    true_output = refs["1"][0, n:].tolist()
+    with torch.no_grad():
+        logits = target(refs["1"][:, : n + 3]).logits[0, -1].float()
+    runner_up = int(logits.topk(2).indices[1])
+    doctored = refs["1"].clone()
+    doctored[0, n + 3] = runner_up  # the "reference" takes the runner-up at its 4th token
+    refs["1"] = doctored
+    r = acceptance_on_items(target, drafter, items, 12, refs)
+    assert not r["exact"] and [d["item"] for d in r["divergent"]] == ["1"]
+    assert r["divergent"][0]["output"] == true_output and r["divergent"][0]["reference"][3] == runner_up
+    gap = float(logits[runner_up] - logits[true_output[3]])  # reference token minus output token: negative
+    scored = score_item_divergences(target, items, r["divergent"], tie_margin=abs(gap) + 1e-3)
+    (d,) = scored["divergences"]
+    assert d["prompt_index"] == "1" and d["position"] == 3 and abs(d["fp32_margin"] - gap) < 1e-4
+    assert scored["tie_explained"] == 1.0
+    assert score_item_divergences(target, items, r["divergent"], tie_margin=abs(gap) / 2)["tie_explained"] == 0.0

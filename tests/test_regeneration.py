@@ -77,6 +77,33 @@ def test_a_row_stops_after_its_eos_and_keeps_its_state(llama_target):
     assert torch.allclose(stopped[0]["states"], states, atol=1e-4)
 
 
+def test_finished_rows_leave_the_batch_and_unneeded_left_padding_is_cut(llama_target, monkeypatch):
+    """The longest prompt's row stops first: it leaves the batch, the padding columns only it needed are
+    cut from the mask and the cache, and every other row still gets what it gets answered alone."""
+    import hf_jetspec.training.regenerate as regenerate_module
+
+    prompts = [PROMPTS[2], PROMPTS[1], PROMPTS[3]]  # 7, 3 and 2 tokens: rows 1 and 2 are left-padded
+    free = generate_with_features(llama_target, prompts[:1], [False], LAYERS, 10, 4, 1.0, set(), 0, torch.float32)
+    eos = int(free[0]["input_ids"][len(prompts[0])])  # the long row's first answer token ends it
+    widths = []
+    drop = regenerate_module._drop_finished_rows
+
+    def spy(cache, keep, mask, *rest):
+        out = drop(cache, keep, mask, *rest)
+        widths.append((len(keep), mask.shape[1], out[0].shape[1], cache.get_seq_length()))
+        return out
+
+    monkeypatch.setattr(regenerate_module, "_drop_finished_rows", spy)
+    batch = generate_with_features(llama_target, prompts, [False] * 3, LAYERS, 10, 4, 1.0, {eos}, 0, torch.float32)
+    assert widths and widths[0][0] < 3 and widths[0][2] < widths[0][1] and widths[0][2] == widths[0][3]
+    for prompt, item in zip(prompts, batch):
+        alone = generate_with_features(llama_target, [prompt], [False], LAYERS, 10, 4, 1.0, {eos}, 0, torch.float32)[0]
+        assert item["input_ids"].tolist() == alone["input_ids"].tolist()
+        for key in ("states", "topk_logprobs", "next_logprob"):
+            assert torch.allclose(item[key].float(), alone[key].float(), atol=1e-4), key
+        assert torch.equal(item["topk_ids"], alone["topk_ids"])
+
+
 def test_sampled_rows_follow_the_temperature_and_greedy_rows_do_not_move(llama_target):
     torch.manual_seed(0)
     a = generate_with_features(llama_target, PROMPTS[:2], [True, False], LAYERS, 16, 4, 5.0, set(), 0, torch.float32)

@@ -64,7 +64,7 @@ def logit_noise(target, ids: torch.Tensor, prompt_len: int, block: int = 16) -> 
 class Divergence:
     """The first divergence of a method's output from plain decoding on one prompt."""
 
-    prompt_index: int
+    prompt_index: int | str  # or the item id
     position: int
     ar_token: int | None
     method_token: int | None
@@ -97,6 +97,23 @@ def tie_explained(divergences: list[Divergence], tie_margin: float) -> float:
         return 1.0
     ok = sum(1 for d in divergences if d.fp32_margin is not None and abs(d.fp32_margin) <= tie_margin)
     return ok / len(divergences)
+
+
+def score_item_divergences(reference_target, items, divergent: list[dict], tie_margin: float) -> dict:
+    """Score the divergences :func:`~hf_jetspec.training.drafter_tau.acceptance_on_items` reports.
+
+    ``items``: the ``(item_id, prompt_ids)`` pairs it ran; ``divergent``: its ``divergent`` list;
+    ``reference_target``: the target in fp32. Returns ``{"divergences": [...], "tie_margin",
+    "tie_explained"}``: each first divergence with its fp32 margin, and the share within ``tie_margin``
+    (1.0 when nothing diverged)."""
+    prompts = dict(items)
+    scored = []
+    for d in divergent:
+        found = score_divergence(reference_target, prompts[d["item"]], d["reference"], d["output"], d["item"])
+        if found is not None:
+            scored.append(found)
+    return {"divergences": [d.to_dict() for d in scored], "tie_margin": float(tie_margin),
+            "tie_explained": tie_explained(scored, tie_margin)}
 
 
 @torch.no_grad()

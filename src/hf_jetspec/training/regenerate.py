@@ -188,13 +188,35 @@ def regeneration_prompts(tokenizer, config: RegenerationConfig, exclude: set[str
     return out, stats
 
 
+def _drop_finished_rows(cache, keep: list[int], mask, positions, sample_rows, done):
+    """Keep batch rows ``keep`` in the KV cache and the per-row tensors, then cut the left-padding
+    columns no kept row attends to (when every cache layer is a plain growing one). Returns the new
+    ``(mask, positions, sample_rows, done)``; the cache is changed in place."""
+    from transformers.cache_utils import DynamicLayer
+
+    index = torch.tensor(keep, device=mask.device)
+    cache.batch_select_indices(index)
+    mask, positions, sample_rows, done = mask[index], positions[index], sample_rows[index], done[index]
+    first = int(mask.any(0).float().argmax())  # the first column some kept row has a real token in
+    layers = getattr(cache, "layers", None)
+    if first > 0 and layers and all(type(layer) is DynamicLayer for layer in layers):
+        for layer in layers:
+            layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+        mask = mask[:, first:]
+    return mask, positions, sample_rows, done
+
+
 @torch.no_grad()
 def generate_with_features(target, prompts: list[list[int]], sampled: list[bool], layer_ids: list[int], max_new_tokens: int,
-                           top_k: int, temperature: float, eos_ids: set[int], pad_id: int, states_dtype: torch.dtype) -> list[dict]:
+                           top_k: int, temperature: float, eos_ids: set[int], pad_id: int, states_dtype: torch.dtype,
+                           drop_finished: bool = True) -> list[dict]:
     """Answer a batch of prompts (left padding, one cache) and return, per prompt, the feature-cache
     item of prompt + answer: ``input_ids``, ``response_start``, ``states`` [T, n*H], ``topk_ids`` /
     ``topk_logprobs`` [T, k] and ``next_logprob`` [T] (the last token's own, as the cache builder
-    stores it), all from the generation forwards themselves. A row stops after its EOS token."""
+    stores it), all from the generation forwards themselves. A row stops after its EOS token and
+    leaves the batch (its cache rows with it), and the left padding no remaining row needs is cut, so a
+    batch's tail costs what its live rows need (``drop_finished=False``: finished rows are fed padding
+    to the end, as before; kept to measure the difference)."""
     device = target.device
     bsz, width = len(prompts), max(len(p) for p in prompts)
     ids = torch.full((bsz, width), pad_id, dtype=torch.long)
@@ -211,6 +233,7 @@ def generate_with_features(target, prompts: list[list[int]], sampled: list[bool]
     out = target(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, output_hidden_states=hidden)
     cache = out.cache
     fed = [list(range(width - len(p), width)) for p in prompts]  # columns of this forward that are real tokens, per row
+    live = list(range(bsz))  # the prompt each batch row answers: finished rows leave the batch
     for step in range(max_new_tokens + 1):
         states = torch.cat([out.hidden_states[h] for h in hidden], dim=-1).to(states_dtype).cpu()
         last = out.logits[:, -1].float()
@@ -223,11 +246,11 @@ def generate_with_features(target, prompts: list[list[int]], sampled: list[bool]
         # (the prompt's forward: one row at a time, [n, V] rather than [B, n, V])
         step_logp = torch.log_softmax(last, dim=-1) if out.logits.shape[1] == 1 else None
         step_top = None if step_logp is None else step_logp.topk(top_k, dim=-1)
-        for j in range(bsz):
+        for j in range(len(live)):
             if not fed[j]:
                 continue
             cols = torch.tensor(fed[j], device=device)
-            row = rows[j]
+            row = rows[live[j]]
             if step_logp is not None:
                 logp, values, indices = step_logp[j : j + 1], step_top.values[j : j + 1], step_top.indices[j : j + 1]
             else:
@@ -244,20 +267,24 @@ def generate_with_features(target, prompts: list[list[int]], sampled: list[bool]
         if final:
             break
         feed = []
-        for j in range(bsz):
+        for j in range(len(live)):
             if done[j]:
                 fed[j] = []
                 feed.append(pad_id)
                 continue
             token = int(nxt[j])
-            rows[j]["tokens"].append(token)
+            rows[live[j]]["tokens"].append(token)
             fed[j] = [0]
             feed.append(token)
             if token in eos_ids:
                 done[j] = True  # fed once more for its own state, then nothing after it
         if not any(fed):
             break
-        mask = torch.cat([mask, torch.ones(bsz, 1, dtype=mask.dtype, device=device)], dim=1)
+        keep = [j for j in range(len(live)) if fed[j]]
+        if drop_finished and len(keep) < len(live):
+            mask, positions, sample_rows, done = _drop_finished_rows(cache, keep, mask, positions, sample_rows, done)
+            live, fed, feed = [live[j] for j in keep], [fed[j] for j in keep], [feed[j] for j in keep]
+        mask = torch.cat([mask, torch.ones(len(live), 1, dtype=mask.dtype, device=device)], dim=1)
         positions = positions[:, -1:] + 1
         out = target(input_ids=torch.tensor(feed, device=device)[:, None], attention_mask=mask, position_ids=positions, cache=cache,
                      use_cache=True, output_hidden_states=hidden)
