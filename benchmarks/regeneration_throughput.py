@@ -6,9 +6,10 @@ Runs :func:`hf_jetspec.training.regenerate.generate_with_features` (left-padded 
 dynamic cache per batch, read-layer states and top-64 log-probabilities recorded at every step) on
 the same regeneration prompts for each batch size, one after another in one process, and reports
 generated tokens per second. Rows finish at their EOS, so a larger batch also idles on its longest
-answer: that cost is part of what is measured. --drop-finished both measures each batch size twice,
-finished rows fed padding to the end of the batch and finished rows leaving it (the default since
-2026-12-04), side by side.
+answer: that cost is part of what is measured. ``--variants`` measures each batch size once per
+variant, side by side: ``padded`` (one padded batch forward for the prompts, finished rows fed padding
+to the end of the batch), ``drop`` (finished rows leave the batch) and ``rows`` (also each prompt
+prefilled on its own into one left-padded cache: the default since 2026-12-04).
 """
 
 from __future__ import annotations
@@ -30,8 +31,7 @@ def main(argv=None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--max-prompt-tokens", type=int, default=256)
     parser.add_argument("--sources", default=None, help="comma list of regeneration sources (default: the default sources)")
-    parser.add_argument("--drop-finished", default="yes", choices=["yes", "no", "both"],
-                        help="finished rows leave the batch (yes), stay fed with padding (no), or both side by side")
+    parser.add_argument("--variants", default="rows", help="comma list of padded, drop, rows (see above); repeat the list to interleave")
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
 
@@ -53,25 +53,31 @@ def main(argv=None) -> None:
               "max_new_tokens": args.max_new_tokens, "environment": _environment(target.device), "rows": []}
     generate_with_features(target, [prompts[0].input_ids], [False], layer_ids, 4, 64, 1.0, eos_ids, 0, states_dtype)  # warm-up
     result["prompt_tokens_mean"] = round(sum(len(p.input_ids) for p in prompts) / len(prompts), 1)
-    drops = {"yes": [True], "no": [False], "both": [False, True]}[args.drop_finished]
+    variants = {"padded": {"drop_finished": False, "row_prefill": False}, "drop": {"drop_finished": True, "row_prefill": False},
+                "rows": {"drop_finished": True, "row_prefill": True}}
+    chosen = args.variants.split(",")
+    if not set(chosen) <= set(variants):
+        raise SystemExit(f"--variants: choose from {sorted(variants)}")
     for bsz in [int(b) for b in args.batch_sizes.split(",")]:
-        for drop in drops:
+        for variant in chosen:
             tokens, t0 = 0, time.perf_counter()
             for b0 in range(0, len(prompts), bsz):
                 batch = prompts[b0 : b0 + bsz]
                 items = generate_with_features(target, [p.input_ids for p in batch], [False] * len(batch), layer_ids, args.max_new_tokens,
-                                               64, 1.0, eos_ids, 0, states_dtype, drop_finished=drop)
+                                               64, 1.0, eos_ids, 0, states_dtype, **variants[variant])
                 tokens += sum(int(it["input_ids"].numel()) - len(p.input_ids) for it, p in zip(items, batch))
             seconds = time.perf_counter() - t0
-            row = {"batch_size": bsz, "drop_finished": drop, "generated_tokens": tokens, "seconds": round(seconds, 2),
+            row = {"batch_size": bsz, "variant": variant, "generated_tokens": tokens, "seconds": round(seconds, 2),
                    "tokens_per_s": round(tokens / seconds, 2)}
             result["rows"].append(row)
             print(json.dumps(row), flush=True)
     best = max(result["rows"], key=lambda r: r["tokens_per_s"])
     result["best_batch_size"] = best["batch_size"]
-    if len(drops) == 2:
-        result["drop_finished_speedup"] = {str(b["batch_size"]): round(b["tokens_per_s"] / a["tokens_per_s"], 3)
-                                           for a, b in zip(result["rows"][::2], result["rows"][1::2])}
+    n = len(dict.fromkeys(chosen))  # a variant list may repeat itself (a,b,a,b): each repetition is compared within itself
+    if n > 1:
+        result["speedup_vs_" + chosen[0]] = [{"batch_size": r["batch_size"], "variant": r["variant"],
+                                              "speedup": round(r["tokens_per_s"] / result["rows"][i - i % n]["tokens_per_s"], 3)}
+                                             for i, r in enumerate(result["rows"]) if i % n]
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
