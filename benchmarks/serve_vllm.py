@@ -19,6 +19,15 @@ waits until ``/health`` answers, and always stops it (the whole process group). 
 - **faults**: a streamed request closed mid-stream, a malformed request and a prompt longer than
   ``--max-model-len`` each get a clear error, and the next request's output is still exact.
 
+``--step-cost-lengths 1,2,...,8`` adds the **draft-length sweep**: a bf16 server per length ``k``
+(and a plain one), the same requests at each ``--step-cost-concurrency``, and from vLLM's counters
+the time of one engine step per request with ``k`` draft tokens (wall x concurrency / (drafts +
+prefills); plain: per token) and the drafter's acceptance per position at the longest ``k``. From
+those, :func:`hf_jetspec.interop.vllm.choose_num_speculative_tokens` picks the length with the most
+expected tokens per second, set beside the tokens per second each length measured; the result file
+feeds ``hf-jetspec export-vllm --acceptance RESULT.json:vllm --step-costs-ms ...`` (the command is
+printed and saved).
+
 ``--smoke`` runs only the exactness check, on a random-weight DFlash-layout drafter, 2 prompts and 24
 new tokens (the opt-in ``vllm`` test).
 """
@@ -220,6 +229,52 @@ def run_load(url: str, model: str, prompts: list[list[int]], concurrency: int, r
             "latency_p95_s": lat[min(len(lat) - 1, int(round(0.95 * (len(lat) - 1))))] if lat else None}
 
 
+def step_cost_sweep(serve, spec: dict, prompts: list[list[int]], lengths: list[int], concurrencies: list[int], requests: int,
+                    max_tokens: int, dtype: str) -> dict:
+    """Per concurrency: vLLM's engine-step time per request with 0 (plain) and each of ``lengths`` draft
+    tokens, the tokens per second each measured, the drafter's acceptance per position at the longest
+    length, and the length :func:`choose_num_speculative_tokens` picks from them."""
+    from hf_jetspec.interop.vllm import choose_num_speculative_tokens
+
+    runs = {c: {} for c in concurrencies}
+    longest = max(lengths)
+    profile = None
+    for k in [0, *sorted(lengths)]:
+        with serve(None if k == 0 else {**spec, "num_speculative_tokens": k}, dtype) as url:
+            complete(url, "target", prompts[0], 8)  # warm-up
+            for c in concurrencies:
+                before = spec_counters(url) if k else None
+                r = run_load(url, "target", prompts, c, requests, max_tokens)
+                steps = r["tokens"] if k == 0 else None
+                if k:
+                    delta = counters_delta(before, spec_counters(url))
+                    steps = delta["drafts"] + requests  # one draft per request per step, and each request's prefill step
+                    r["mean_accepted_length"] = delta["mean_accepted_length"]
+                    if k == longest and c == concurrencies[0]:
+                        reached = [delta["drafts"]] + [u * delta["drafts"] for u in delta["position_acceptance"][:-1]]
+                        profile = [[a, u * delta["drafts"]] for a, u in zip(reached, delta["position_acceptance"])]
+                r["step_ms_per_request"] = 1000 * r["wall_s"] * c / steps
+                runs[c][k] = r
+                print(f"k={k} c={c}: {r['tokens_per_s']:.1f} tok/s, {r['step_ms_per_request']:.1f} ms per request-step", flush=True)
+    out = {"lengths": sorted(lengths), "dtype": dtype, "requests": requests, "max_new_tokens": max_tokens,
+           "methods": {"vllm": {"position_acceptance": {"all": profile}}}, "by_concurrency": {}}
+    for c in concurrencies:
+        measured = [0, *sorted(lengths)]
+        if measured != list(range(longest + 1)):
+            raise ValueError("--step-cost-lengths must be 1, 2, ..., K: the choice prices every length up to K")
+        costs = [runs[c][k]["step_ms_per_request"] / 1000 for k in measured]
+        choice = choose_num_speculative_tokens(profile, costs)
+        best = max(measured, key=lambda k: runs[c][k]["tokens_per_s"])
+        out["by_concurrency"][str(c)] = {
+            "step_costs_ms": [round(1000 * x, 2) for x in costs],
+            "tokens_per_s": {str(k): round(runs[c][k]["tokens_per_s"], 2) for k in measured},
+            "mean_accepted_length": {str(k): runs[c][k].get("mean_accepted_length") for k in measured if k},
+            "chosen": choice.length, "predicted_tokens_per_s": round(c * choice.rate, 2),
+            "measured_best": best,
+        }
+    return out
+
+
 def check_faults(url: str, model: str, item, reference: torch.Tensor, max_tokens: int, max_model_len: int) -> dict:
     ids = item[1][0].tolist()
     out = {}
@@ -275,6 +330,8 @@ def main() -> None:
     ap.add_argument("--cpu-threads", default=None, help="vLLM's OpenMP binding, e.g. 0-1")
     ap.add_argument("--work-dir", default="runs/serve-vllm")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: load, faults, agreement")
+    ap.add_argument("--step-cost-lengths", default="", help="the draft-length sweep: 1,2,...,K (empty: no sweep)")
+    ap.add_argument("--step-cost-concurrency", default="1,4")
     ap.add_argument("--smoke", action="store_true", help="exactness only, random-weight drafter, 2 prompts, 24 tokens")
     ap.add_argument("--output", required=True)
     args = ap.parse_args()
@@ -320,9 +377,20 @@ def main() -> None:
         if "faults" not in skip:
             result["faults"] = check_faults(url, "target", items[0], references[items[0][0]], args.max_new_tokens, args.max_model_len)
             print("faults:", result["faults"]["all_clear"], flush=True)
+    load_prompts = [ids[0].tolist() for _, ids in items]
+    if args.step_cost_lengths:
+        sweep = step_cost_sweep(serve, spec, load_prompts, [int(k) for k in args.step_cost_lengths.split(",")],
+                                [int(c) for c in args.step_cost_concurrency.split(",")], args.requests, args.max_new_tokens, args.load_dtype)
+        first = next(iter(sweep["by_concurrency"].values()))
+        sweep["export_command"] = (f"hf-jetspec export-vllm --drafter {args.drafter} --output DRAFTER-VLLM --acceptance {args.output}:vllm "
+                                   f"--step-costs-ms {','.join(str(x) for x in first['step_costs_ms'])}")
+        result["step_cost_sweep"] = sweep
+        result["methods"] = sweep["methods"]  # so that --acceptance RESULT.json:vllm reads the profile
+        print("chosen:", {c: v["chosen"] for c, v in sweep["by_concurrency"].items()}, "measured best:",
+              {c: v["measured_best"] for c, v in sweep["by_concurrency"].items()}, flush=True)
+        print(sweep["export_command"], flush=True)
     if "load" not in skip:
         levels = [int(c) for c in args.concurrency.split(",")]
-        load_prompts = [ids[0].tolist() for _, ids in items]
         result["load"] = {}
         for name, spec_config in (("vllm-plain", None), ("vllm-ngram", json.loads(args.ngram)), ("vllm-jetspec", spec)):
             with serve(spec_config, args.load_dtype) as url:
