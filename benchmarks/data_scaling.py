@@ -15,7 +15,8 @@ regeneration (the overlap rule) nor policy calibration touched, every output che
 the target's own greedy output; every bf16 divergence is scored in fp32 (the logit margin of the two
 tokens on the target's own prefix) against the target's measured bf16 noise (1-token steps against
 16-token forwards on GSM8K prompts far from the measured ones): a point records how many outputs
-diverged and the share that are numerical ties.
+diverged and the share that are numerical ties. The target's own outputs and the tie margin are kept
+in ``RUNS_DIR/references-*.pt`` and reused by later runs of the same prompts.
 
 The command is idempotent: a point whose drafter is trained is not retrained, a point already in
 ``--output`` is not re-measured, a point whose answers are not regenerated yet is skipped. So the
@@ -115,6 +116,8 @@ class Measurer:
     once some output diverges, the fp32 target and the bf16 tie margin to score it with."""
 
     def __init__(self, args):
+        import torch
+
         from hf_jetspec import load_target
         from hf_jetspec.data import load_eval_prompts
         from hf_jetspec.tools.bench import build_items
@@ -126,9 +129,13 @@ class Measurer:
             name, _, offset = s.partition(":")
             self.items[s] = build_items(self.tokenizer, self.target, load_eval_prompts(name, limit=args.limit, offset=int(offset or 0)),
                                         args.max_new_tokens)
-        self.refs: dict = {}
+        # the target's own outputs and its tie margin, kept beside the runs: the same for every point
+        key = f"{args.target}-bf16-{args.prompts}-{args.limit}-{args.max_new_tokens}".replace(":", "_").replace(",", "+")
+        self.store = Path(args.runs_dir) / f"references-{key}.pt"
+        saved = torch.load(self.store) if self.store.is_file() else {}
+        self.refs: dict = saved.get("refs", {})
+        self.tie_margin = saved.get("tie_margin")
         self.fp32 = None
-        self.tie_margin = None
 
     def _tie_margin(self) -> float:
         import torch
@@ -146,8 +153,16 @@ class Measurer:
                     out = self.target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=128)
                 noise.append(logit_noise(self.target, out, ids.shape[1], block=16))
             self.tie_margin = tie_margin_from_noise(torch.cat(noise), 0.999)
+            self.save()
+        if self.fp32 is None:
             self.fp32, _ = load_target(self.args.target, dtype="float32")
         return self.tie_margin
+
+    def save(self) -> None:
+        import torch
+
+        self.store.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"refs": self.refs, "tie_margin": self.tie_margin}, self.store)
 
     def measure(self, folder: str) -> dict:
         """A drafter alone (chains, J1, budget 16, policy off) on every set: ``{set: {"tau", "exact",
@@ -169,6 +184,7 @@ class Measurer:
             r["divergences"] = scored["divergences"] if scored else []
             r["tie_explained"] = scored["tie_explained"] if scored else 1.0
             out[s] = r
+        self.save()
         return out
 
 
@@ -232,7 +248,9 @@ def main(argv=None) -> None:
         measurer = measurer or Measurer(args)
         t0 = time.perf_counter()
         per_set = measurer.measure(str(run_dir / "final"))
-        regen_h = regeneration_cpu_hours(manifest, answers)
+        earlier = next((p for p in result["points"] if (p["size"], p["answers"]) == (size, answers)), {})
+        # a point measured again keeps the cost priced when it was made (the manifest's records then)
+        regen_h = earlier.get("regeneration_cpu_hours") or regeneration_cpu_hours(manifest, answers)
         train_h = train_cpu_hours(run_dir) or 0.0
         point = {"size": size, "layers": layers, "mlp_width": width, "answers": answers, "epochs": args.epochs, **summary(per_set),
                  "regeneration_cpu_hours": round(regen_h, 3), "train_cpu_hours": round(train_h, 3),

@@ -207,3 +207,8 @@ def test_data_scaling_line_on_hand_numbers():
     assert regeneration_cpu_hours(manifest, 1000) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="holds 4000"):
         regeneration_cpu_hours(manifest, 5000)
+    # a campaign that sped up: 2,000 answers for 6,000 CPU seconds, the next 2,000 for 1,200 more
+    sped_up = manifest | {"cpu_seconds_at": {"2000": 6000.0, "4000": 7200.0}}
+    assert regeneration_cpu_hours(sped_up, 1000) == pytest.approx(3000 / 3600)  # on the line from (0, 0) to (2000, 6000)
+    assert regeneration_cpu_hours(sped_up, 3000) == pytest.approx(6600 / 3600)  # halfway from 6,000 to 7,200
+    assert regeneration_cpu_hours(sped_up, 4000) == pytest.approx(2.0)

@@ -149,6 +149,10 @@ def test_regenerate_writes_a_resumable_cache_with_its_manifest(llama_target, tmp
     assert saved["prompts_sha256"] == manifest["prompts_sha256"]
     # CPU time adds up over stints: the cost axis of recipe comparisons
     assert 0 < part.cpu_seconds < resumed.cpu_seconds and resumed.cpu_seconds_from == 0
+    # and is recorded at every flush (a shard of 2, the stop at 3, the resumed shard of 3-4), so the first N answers are priced where they were made
+    marks = {int(n): c for n, c in saved["cpu_seconds_at"].items()}
+    assert sorted(marks) == [2, 3, 5] and marks[3] == pytest.approx(part.cpu_seconds, abs=0.01)
+    assert marks[5] == pytest.approx(resumed.cpu_seconds, abs=0.01) and marks[2] <= marks[3] <= marks[5]
     again = FeatureCacheDataset(tmp_path / "part")
     first = FeatureCacheDataset(tmp_path / "part", max_sequences=3)  # the cache as it was before it grew
     assert len(first) == 3 and torch.equal(first[2]["input_ids"], again[2]["input_ids"])

@@ -93,6 +93,9 @@ class RegenerationManifest:
     seconds: float = 0.0
     cpu_seconds: float = 0.0  # the process's CPU time (all threads) spent generating: the cost in CPU-hours
     cpu_seconds_from: int = 0  # the sequences before this index were made by a run that did not count CPU time
+    # cpu_seconds when the cache held that many sequences (every flush): what the first N answers cost,
+    # exactly where the campaign's speed changed between runs
+    cpu_seconds_at: dict = field(default_factory=dict)
 
     @property
     def tokens_per_s(self) -> float:
@@ -379,6 +382,7 @@ def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int
             setattr(manifest, key, old[key])
         manifest.cpu_seconds = old.get("cpu_seconds", 0.0)
         manifest.cpu_seconds_from = old.get("cpu_seconds_from", done if "cpu_seconds" not in old else 0)
+        manifest.cpu_seconds_at = dict(old.get("cpu_seconds_at") or {str(done): manifest.cpu_seconds})
         info.corpus_size = len(prompts)
     elif os.path.isfile(os.path.join(folder, "feature_cache.json")):
         raise FileExistsError(f"{folder} already holds a feature cache: pass resume=True (--resume) or choose another folder")
@@ -387,6 +391,7 @@ def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int
 
     def write_manifest():
         manifest.num_sequences = info.num_sequences
+        manifest.cpu_seconds_at[str(info.num_sequences)] = round(manifest.cpu_seconds, 2)
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
             json.dump(asdict(manifest) | {"tokens_per_s": round(manifest.tokens_per_s, 2)}, f, indent=1)

@@ -55,9 +55,16 @@ def answers_for_tau(fit: LogLinearFit, tau: float) -> float:
 
 
 def regeneration_cpu_hours(manifest: dict, answers: int) -> float:
-    """CPU-hours the first ``answers`` of a regeneration cost: its measured total (``cpu_seconds``, all
-    threads, every stint) prorated by answers."""
+    """CPU-hours the first ``answers`` of a regeneration cost (all threads, every stint): read off the
+    manifest's ``cpu_seconds_at`` record (CPU seconds when the cache held N sequences), linear between
+    the two records around ``answers`` (from 0 CPU seconds at 0 answers); a manifest without records
+    prorates its total by answers."""
     done = int(manifest["num_sequences"])
     if not 0 < answers <= done:
         raise ValueError(f"the regeneration holds {done} answers, not {answers}")
+    marks = sorted((int(n), float(c)) for n, c in (manifest.get("cpu_seconds_at") or {}).items())
+    marks = [(0, 0.0)] + [(n, c) for n, c in marks if n > 0] + [(done, float(manifest.get("cpu_seconds", 0.0)))]
+    for (n0, c0), (n1, c1) in zip(marks, marks[1:]):
+        if n0 < answers <= n1:
+            return (c0 + (c1 - c0) * (answers - n0) / (n1 - n0)) / 3600.0
     return float(manifest.get("cpu_seconds", 0.0)) / 3600.0 * answers / done
