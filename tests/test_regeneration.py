@@ -218,6 +218,24 @@ def test_prompt_selection_excludes_evaluation_overlap_repeats_and_long_prompts(m
         RegenerationConfig(sampled_share=0.5, temperature=0.0)
 
 
+def test_a_prompt_selection_is_kept_and_read_back_only_for_the_same_selection(monkeypatch, tmp_path):
+    import hf_jetspec.training.regenerate as regen
+
+    turns = {"sharegpt": ["hello there", "write a poem", "tell me a joke"], "code": ["sort a list", "reverse a string"]}
+    monkeypatch.setattr(regen, "_source_turns", lambda source: iter(turns[source]))
+    config = RegenerationConfig(num_prompts=4, max_prompt_tokens=64, sampled_share=0.5)
+    first, stats = regen.selected_prompts(CharTokenizer(), config, tmp_path, exclude=set())
+    assert (tmp_path / regen.PROMPTS_NAME).is_file()
+    calls = []
+    monkeypatch.setattr(regen, "regeneration_prompts", lambda *a: calls.append(a) or ([], {}))
+    again, again_stats = regen.selected_prompts(CharTokenizer(), config, tmp_path, exclude=set())
+    assert again == first and again_stats == stats and not calls  # read back, not selected again
+    regen.selected_prompts(CharTokenizer(), config, tmp_path, exclude={"a new evaluation line of thirty characters"})
+    regen.selected_prompts(CharTokenizer(), RegenerationConfig(num_prompts=5, max_prompt_tokens=64), tmp_path, exclude=set())
+    regen.selected_prompts(BaseModelTokenizer(), config, tmp_path, exclude=set())
+    assert len(calls) == 3  # other evaluation lines, another count, another tokenizer: selected again
+
+
 def test_every_installed_evaluation_prompt_is_excluded_by_the_line_rule():
     from hf_jetspec.data import load_eval_prompts
     from hf_jetspec.training.code_corpus import overlaps

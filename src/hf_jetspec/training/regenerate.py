@@ -78,6 +78,9 @@ class RegenerationPrompt:
     sampled: bool = False
 
 
+PROMPTS_NAME = "regeneration_prompts.json"
+
+
 @dataclass
 class RegenerationManifest:
     target: str
@@ -189,6 +192,40 @@ def regeneration_prompts(tokenizer, config: RegenerationConfig, exclude: set[str
             else:
                 live.remove(source)  # exhausted
     return out, stats
+
+
+def _selection_key(tokenizer, config: RegenerationConfig, exclude: set[str]) -> str:
+    """What a prompt selection depends on: the options that choose prompts, the tokenizer and its chat
+    template, and the evaluation lines excluded."""
+    def digest(text: str) -> str:
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    return digest(json.dumps({
+        "sources": list(config.sources), "num_prompts": config.num_prompts, "max_prompt_tokens": config.max_prompt_tokens,
+        "sampled_share": config.sampled_share, "tokenizer": getattr(tokenizer, "name_or_path", type(tokenizer).__name__),
+        "chat_template": digest(str(getattr(tokenizer, "chat_template", None))), "exclude": digest("\n".join(sorted(exclude))),
+    }, sort_keys=True))
+
+
+def selected_prompts(tokenizer, config: RegenerationConfig, folder: str | os.PathLike,
+                     exclude: set[str] | None = None) -> tuple[list[RegenerationPrompt], dict]:
+    """:func:`regeneration_prompts`, kept in ``folder`` (``regeneration_prompts.json``) and read back by
+    a later run with the same selection (options, tokenizer, chat template, evaluation lines): a resumed
+    campaign of tens of thousands of prompts does not template and tokenize them all again."""
+    exclude = evaluation_lines() if exclude is None else exclude
+    key = _selection_key(tokenizer, config, exclude)
+    path = os.path.join(folder, PROMPTS_NAME)
+    if os.path.isfile(path):
+        with open(path) as f:
+            saved = json.load(f)
+        if saved.get("key") == key:
+            return [RegenerationPrompt(*p) for p in saved["prompts"]], saved["source_stats"]
+    prompts, stats = regeneration_prompts(tokenizer, config, exclude)
+    os.makedirs(folder, exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump({"key": key, "source_stats": stats, "prompts": [[p.source, p.input_ids, p.sha256, p.sampled] for p in prompts]}, f)
+    os.replace(path + ".tmp", path)
+    return prompts, stats
 
 
 def _drop_finished_rows(cache, keep: list[int], mask, positions, sample_rows, done):
@@ -348,7 +385,7 @@ def generate_with_features(target, prompts: list[list[int]], sampled: list[bool]
 def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int], config: RegenerationConfig,
                target_name: str = "", prompts: list[RegenerationPrompt] | None = None, source_stats: dict | None = None,
                resume: bool = False, progress: bool = True, deadline: float | None = None) -> RegenerationManifest:
-    """Answer ``prompts`` (default :func:`regeneration_prompts`) with ``target`` and write the feature
+    """Answer ``prompts`` (default :func:`selected_prompts`) with ``target`` and write the feature
     cache and ``regeneration.json`` to ``folder``. ``resume`` continues a run with the same options:
     its finished shards are kept and generation goes on from the next prompt. ``deadline`` (a
     ``time.perf_counter()`` value) stops before the first batch that would start after it, except that
@@ -357,7 +394,7 @@ def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int
     from tqdm.auto import tqdm
 
     if prompts is None:
-        prompts, source_stats = regeneration_prompts(tokenizer, config)
+        prompts, source_stats = selected_prompts(tokenizer, config, folder)
     if not prompts:
         raise ValueError("no regeneration prompts: every candidate was excluded or the sources are empty")
     cfg = target.config.get_text_config()
