@@ -108,7 +108,7 @@ def plot(result: dict, path: Path, goal: float) -> None:
     plt.close(fig)
 
 
-TIE_PROMPTS = ("gsm8k", 1000, 8)  # set, offset, count: the prompts the bf16 noise is measured on
+TIE_PROMPTS = ("gsm8k", 1000, 8)  # set, first prompt, count: the prompts the bf16 noise is measured on
 
 
 class Measurer:
@@ -138,25 +138,17 @@ class Measurer:
         self.fp32 = None
 
     def _tie_margin(self) -> float:
-        import torch
-
         from hf_jetspec import load_target
-        from hf_jetspec.data import load_eval_prompts
-        from hf_jetspec.tools.bench import build_items
-        from hf_jetspec.tools.numerics import logit_noise, tie_margin_from_noise
+        from hf_jetspec.tools.bench import BenchConfig, measure_tie_margin
 
         if self.tie_margin is None:
-            name, offset, count = TIE_PROMPTS
-            noise = []
-            for _, ids in build_items(self.tokenizer, self.target, load_eval_prompts(name, limit=count, offset=offset), 128)[:count]:
-                with torch.no_grad():
-                    out = self.target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=128)
-                noise.append(logit_noise(self.target, out, ids.shape[1], block=16))
-            self.tie_margin = tie_margin_from_noise(torch.cat(noise), 0.999)
+            name, offset, count = TIE_PROMPTS  # the bench's rule takes them 100 past offset + limit
+            self.tie_margin = measure_tie_margin(self.target, self.tokenizer, BenchConfig(
+                target=self.args.target, prompts=name, offset=offset - 100, limit=None, max_new_tokens=128, tie_margin_items=count))
             self.save()
         if self.fp32 is None:
             self.fp32, _ = load_target(self.args.target, dtype="float32")
-        return self.tie_margin
+        return self.tie_margin["tie_margin"]
 
     def save(self) -> None:
         import torch
@@ -271,8 +263,7 @@ def main(argv=None) -> None:
         from hf_jetspec.tools.bench import _environment
 
         result["environment"] = _environment(measurer.target.device)
-        result["tie_margin"] = {"value": measurer.tie_margin, "prompts": "{}:{} ({} prompts)".format(*TIE_PROMPTS), "quantile": 0.999,
-                                "block": 16}
+        result["tie_margin"] = measurer.tie_margin  # tools.bench.measure_tie_margin's record, None while nothing diverged
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(result, indent=1) + "\n")
         plot(result, output.with_suffix(".png"), args.goal)

@@ -7,9 +7,8 @@ dynamic cache per batch, read-layer states and top-64 log-probabilities recorded
 the same regeneration prompts for each batch size, one after another in one process, and reports
 generated tokens per second. Rows finish at their EOS, so a larger batch also idles on its longest
 answer: that cost is part of what is measured. ``--variants`` measures each batch size once per
-variant, side by side: ``padded`` (one padded batch forward for the prompts, finished rows fed padding
-to the end of the batch), ``drop`` (finished rows leave the batch) and ``rows`` (also each prompt
-prefilled on its own into one left-padded cache: the default since 2026-12-04).
+variant, side by side: ``padded`` (finished rows fed padding to the end of the batch) and ``drop``
+(finished rows leave the batch: the default since 2026-12-04).
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ def main(argv=None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--max-prompt-tokens", type=int, default=256)
     parser.add_argument("--sources", default=None, help="comma list of regeneration sources (default: the default sources)")
-    parser.add_argument("--variants", default="rows", help="comma list of padded, drop, rows (see above); repeat the list to interleave")
+    parser.add_argument("--variants", default="drop", help="comma list of padded, drop (see above); repeat the list to interleave")
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
 
@@ -53,8 +52,7 @@ def main(argv=None) -> None:
               "max_new_tokens": args.max_new_tokens, "environment": _environment(target.device), "rows": []}
     generate_with_features(target, [prompts[0].input_ids], [False], layer_ids, 4, 64, 1.0, eos_ids, 0, states_dtype)  # warm-up
     result["prompt_tokens_mean"] = round(sum(len(p.input_ids) for p in prompts) / len(prompts), 1)
-    variants = {"padded": {"drop_finished": False, "row_prefill": False}, "drop": {"drop_finished": True, "row_prefill": False},
-                "rows": {"drop_finished": True, "row_prefill": True}}
+    variants = {"padded": {"drop_finished": False}, "drop": {"drop_finished": True}}
     chosen = args.variants.split(",")
     if not set(chosen) <= set(variants):
         raise SystemExit(f"--variants: choose from {sorted(variants)}")

@@ -236,8 +236,10 @@ def step_cost_sweep(serve, spec: dict, prompts: list[list[int]], lengths: list[i
     length, and the length :func:`choose_num_speculative_tokens` picks from them."""
     from hf_jetspec.interop.vllm import choose_num_speculative_tokens
 
-    runs = {c: {} for c in concurrencies}
     longest = max(lengths)
+    if sorted(lengths) != list(range(1, longest + 1)):
+        raise ValueError("--step-cost-lengths must be 1, 2, ..., K: the choice prices every length up to K")
+    runs = {c: {} for c in concurrencies}
     profile = None
     for k in [0, *sorted(lengths)]:
         with serve(None if k == 0 else {**spec, "num_speculative_tokens": k}, dtype) as url:
@@ -259,9 +261,7 @@ def step_cost_sweep(serve, spec: dict, prompts: list[list[int]], lengths: list[i
     out = {"lengths": sorted(lengths), "dtype": dtype, "requests": requests, "max_new_tokens": max_tokens,
            "methods": {"vllm": {"position_acceptance": {"all": profile}}}, "by_concurrency": {}}
     for c in concurrencies:
-        measured = [0, *sorted(lengths)]
-        if measured != list(range(longest + 1)):
-            raise ValueError("--step-cost-lengths must be 1, 2, ..., K: the choice prices every length up to K")
+        measured = list(range(longest + 1))
         costs = [runs[c][k]["step_ms_per_request"] / 1000 for k in measured]
         choice = choose_num_speculative_tokens(profile, costs)
         best = max(measured, key=lambda k: runs[c][k]["tokens_per_s"])

@@ -104,18 +104,6 @@ def test_finished_rows_leave_the_batch_and_unneeded_left_padding_is_cut(llama_ta
         assert torch.equal(item["topk_ids"], alone["topk_ids"])
 
 
-def test_row_by_row_prefill_equals_the_padded_batch_forward(llama_target):
-    """Prompts prefilled one at a time and gathered into a left-padded cache give what the padded batch
-    forward gives (with finished rows kept to the end as well)."""
-    args = (llama_target, PROMPTS, [False] * len(PROMPTS), LAYERS, 9, 4, 1.0, set(), 0, torch.float32)
-    rows = generate_with_features(*args)
-    padded = generate_with_features(*args, drop_finished=False, row_prefill=False)
-    for a, b in zip(rows, padded):
-        assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["topk_ids"], b["topk_ids"])
-        for key in ("states", "topk_logprobs", "next_logprob"):
-            assert torch.allclose(a[key].float(), b[key].float(), atol=1e-4), key
-
-
 def test_sampled_rows_follow_the_temperature_and_greedy_rows_do_not_move(llama_target):
     torch.manual_seed(0)
     a = generate_with_features(llama_target, PROMPTS[:2], [True, False], LAYERS, 16, 4, 5.0, set(), 0, torch.float32)

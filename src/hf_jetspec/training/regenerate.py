@@ -246,30 +246,6 @@ def _drop_finished_rows(cache, keep: list[int], mask, positions, sample_rows, do
     return mask, positions, sample_rows, done
 
 
-def _row_by_row_prefill(target, prompts: list[list[int]], hidden: list[int], width: int):
-    """Each prompt's forward on its own (no padding computed), gathered into one left-padded cache of
-    ``width`` columns. Returns ``(cache, per-row states [n_j, n*H], per-row logits [n_j, V])``, or
-    None when the target's cache has layers other than plain growing ones (the caller then runs the
-    padded batch)."""
-    from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
-
-    cache = DynamicCache(config=target.config)
-    if not getattr(cache, "layers", None) or not all(type(layer) is DynamicLayer for layer in cache.layers):
-        return None
-    device = target.device
-    outs = [target(input_ids=torch.tensor([p], device=device), use_cache=True, output_hidden_states=hidden) for p in prompts]
-    for li in range(len(cache.layers)):
-        parts = [(o.cache.layers[li].keys[0], o.cache.layers[li].values[0]) for o in outs]
-        keys = parts[0][0].new_zeros(len(prompts), parts[0][0].shape[0], width, parts[0][0].shape[-1])
-        values = parts[0][1].new_zeros(len(prompts), parts[0][1].shape[0], width, parts[0][1].shape[-1])
-        for j, (k, v) in enumerate(parts):
-            keys[j, :, width - k.shape[1]:], values[j, :, width - v.shape[1]:] = k, v
-        cache.update(keys, values, li)
-    states = [torch.cat([o.hidden_states[h][0] for h in hidden], dim=-1) for o in outs]
-    return cache, states, [o.logits[0] for o in outs]
-
-
 def _record(row: dict, states: torch.Tensor, logp: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, fed: int, last_follow: int):
     """Append one forward's features of a row's last ``fed`` tokens: states, top-k, and the log p of
     the token that follows each (the next prompt token, then ``last_follow``)."""
@@ -284,17 +260,14 @@ def _record(row: dict, states: torch.Tensor, logp: torch.Tensor, values: torch.T
 @torch.no_grad()
 def generate_with_features(target, prompts: list[list[int]], sampled: list[bool], layer_ids: list[int], max_new_tokens: int,
                            top_k: int, temperature: float, eos_ids: set[int], pad_id: int, states_dtype: torch.dtype,
-                           drop_finished: bool = True, row_prefill: bool = True) -> list[dict]:
+                           drop_finished: bool = True) -> list[dict]:
     """Answer a batch of prompts (left padding, one cache) and return, per prompt, the feature-cache
     item of prompt + answer: ``input_ids``, ``response_start``, ``states`` [T, n*H], ``topk_ids`` /
     ``topk_logprobs`` [T, k] and ``next_logprob`` [T] (the last token's own, as the cache builder
-    stores it), all from the generation forwards themselves.
-
-    Each prompt is prefilled on its own and the caches gathered into one left-padded batch cache
-    (``row_prefill``; a padded batch forward would compute the padding of every shorter prompt). A
-    row stops after its EOS token and leaves the batch (its cache rows with it), and the left padding
-    no remaining row needs is cut, so a batch's tail costs what its live rows need. ``row_prefill``
-    and ``drop_finished`` False give the plain padded batch throughout, kept to measure the difference."""
+    stores it), all from the generation forwards themselves. A row stops after its EOS token and
+    leaves the batch (its cache rows with it), and the left padding no remaining row needs is cut, so a
+    batch's tail costs what its live rows need (``drop_finished=False``: finished rows are fed padding
+    to the end, kept to measure the difference)."""
     device = target.device
     bsz, width = len(prompts), max(len(p) for p in prompts)
     ids = torch.full((bsz, width), pad_id, dtype=torch.long)
@@ -308,19 +281,12 @@ def generate_with_features(target, prompts: list[list[int]], sampled: list[bool]
     rows = [{"tokens": list(p), "states": [], "topk_ids": [], "topk_lp": [], "next_lp": []} for p in prompts]
     sample_rows = torch.tensor(sampled, device=device)
     done = torch.zeros(bsz, dtype=torch.bool, device=device)
-    prefilled = _row_by_row_prefill(target, prompts, hidden, width) if row_prefill else None
-    if prefilled is None:
-        out = target(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, output_hidden_states=hidden)
-        cache = out.cache
-        states_all = torch.cat([out.hidden_states[h] for h in hidden], dim=-1)
-        pre_states = [states_all[j, width - len(p):] for j, p in enumerate(prompts)]
-        pre_logits = [out.logits[j, width - len(p):] for j, p in enumerate(prompts)]
-    else:
-        cache, pre_states, pre_logits = prefilled
+    out = target(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, output_hidden_states=hidden)
+    cache = out.cache
     live = list(range(bsz))  # the prompt each batch row answers: finished rows leave the batch
     fed: list[bool] = []  # per batch row: fed a real token by the last decode forward
     for step in range(max_new_tokens + 1):
-        last = torch.stack([x[-1] for x in pre_logits]).float() if step == 0 else out.logits[:, -1].float()
+        last = out.logits[:, -1].float()  # a left-padded prompt's last token is in the last column
         nxt = last.argmax(-1)
         drawing = (sample_rows & ~done).nonzero().squeeze(-1)  # only the sampled rows still answering draw
         if drawing.numel():
@@ -329,10 +295,11 @@ def generate_with_features(target, prompts: list[list[int]], sampled: list[bool]
         # the sequence's last token (after its EOS, or at the length limit) is followed by itself, as the cache builder stores it
         ends = [row_done or final for row_done in done.tolist()]
         if step == 0:  # the prompt's forward: one row at a time, [n, V] rather than [B, n, V]
+            states = torch.cat([out.hidden_states[h] for h in hidden], dim=-1)
             for j, row in enumerate(rows):
-                logp = torch.log_softmax(pre_logits[j].float(), dim=-1)
+                logp = torch.log_softmax(out.logits[j, width - len(prompts[j]):].float(), dim=-1)
                 top = logp.topk(top_k, dim=-1)
-                _record(row, pre_states[j].to(states_dtype).cpu(), logp, top.values, top.indices, len(prompts[j]),
+                _record(row, states[j, width - len(prompts[j]):].to(states_dtype).cpu(), logp, top.values, top.indices, len(prompts[j]),
                         row["tokens"][-1] if ends[j] else int(nxt[j]))
         else:  # a decode step: one column per row, the whole batch's log-probabilities and top-k at once
             states = torch.cat([out.hidden_states[h][:, -1] for h in hidden], dim=-1).to(states_dtype).cpu()
