@@ -252,3 +252,22 @@ def test_acceptance_on_items_lists_divergent_items_and_they_score_in_fp32(traine
     assert d["prompt_index"] == "1" and d["position"] == 3 and abs(d["fp32_margin"] - gap) < 1e-4
     assert scored["tie_explained"] == 1.0
     assert score_item_divergences(target, items, r["divergent"], tie_margin=abs(gap) / 2)["tie_explained"] == 0.0
+
+
+def test_regeneration_profile_shares_on_hand_numbers():
+    import importlib.util
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "regeneration_throughput.py"
+    spec = importlib.util.spec_from_file_location("regeneration_throughput", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    op = lambda key, us, count: SimpleNamespace(key=key, self_cpu_time_total=us, count=count)  # noqa: E731
+    averages = [op("aten::mul", 100.0, 4), op("aten::mm", 600.0, 3), op("aten::cat", 100.0, 1),
+                op("aten::_scaled_dot_product_flash_attention_for_cpu", 200.0, 2)]
+    got = module.operator_profile(averages, seconds=2.5, top=2)
+    assert got["seconds"] == 2.5 and got["self_cpu_seconds"] == 0.0
+    assert got["kinds"] == {"matrix products": 0.6, "attention": 0.2, "copies": 0.1, "other": 0.1}
+    assert got["operators"] == [{"name": "aten::mm", "share": 0.6, "calls": 3, "ms_per_call": 0.2},
+                                {"name": "aten::_scaled_dot_product_flash_attention_for_cpu", "share": 0.2, "calls": 2, "ms_per_call": 0.1}]
