@@ -231,7 +231,8 @@ def main(argv=None) -> None:
             continue
         run_dir = Path(args.runs_dir) / f"{size}-{answers}"
         command = train_command(args.cache, run_dir, layers, width, answers, args.epochs, args.target)
-        if not (run_dir / "final" / "config.json").is_file():
+        trained_here = not (run_dir / "final" / "config.json").is_file()
+        if trained_here:
             if args.no_train:
                 print(f"{spec}: not trained yet", flush=True)
                 continue
@@ -241,8 +242,9 @@ def main(argv=None) -> None:
         t0 = time.perf_counter()
         per_set = measurer.measure(str(run_dir / "final"))
         earlier = next((p for p in result["points"] if (p["size"], p["answers"]) == (size, answers)), {})
-        # a point measured again keeps the cost priced when it was made (the manifest's records then)
-        regen_h = earlier.get("regeneration_cpu_hours") or regeneration_cpu_hours(manifest, answers)
+        # a drafter measured again keeps the cost priced when it was made (the manifest's records then); one
+        # trained again (its folder gone with the cache it was trained on) is priced from this cache's manifest
+        regen_h = (None if trained_here else earlier.get("regeneration_cpu_hours")) or regeneration_cpu_hours(manifest, answers)
         train_h = train_cpu_hours(run_dir) or 0.0
         point = {"size": size, "layers": layers, "mlp_width": width, "answers": answers, "epochs": args.epochs, **summary(per_set),
                  "regeneration_cpu_hours": round(regen_h, 3), "train_cpu_hours": round(train_h, 3),
