@@ -123,6 +123,17 @@ def test_export_writes_the_chosen_length_and_why(target, tmp_path):
     assert '"num_speculative_tokens": 3' in card and "the most expected committed tokens per second" in card
     assert "the longest it can serve" in (export_for_vllm(servable(target), tmp_path / "longest", target="x").folder and
                                           (tmp_path / "longest" / "README.md").read_text())
+    assert record.choice["pays"] and record.choice["expected_rate"] == pytest.approx(2.4 / 0.015)
+
+
+def test_export_says_when_plain_vllm_is_faster(target, tmp_path):
+    """Position 1 accepted 30%; vLLM's plain step 27 ms, with one draft token 37.7 ms (as measured on
+    the 2-vCPU machine): 1.3 / 0.0377 = 34.5 against 1 / 0.027 = 37.0 tokens/s, so the drafter does not pay."""
+    with pytest.warns(UserWarning, match="without speculation is expected to serve faster"):
+        record = export_for_vllm(servable(target), tmp_path / "slow", target="x", acceptance=[0.3], step_costs=[0.027, 0.0377])
+    assert record.num_speculative_tokens == 1 and not record.choice["pays"]
+    assert record.choice["plain_rate"] == pytest.approx(1 / 0.027) and record.choice["expected_rate"] == pytest.approx(1.3 / 0.0377)
+    assert "does not pay in this serving setup" in (tmp_path / "slow" / "README.md").read_text()
 
 
 @pytest.mark.parametrize("overrides, missing", [

@@ -28,6 +28,7 @@ import copy
 import json
 import os
 import shutil
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -246,6 +247,12 @@ def export_for_vllm(drafter, output: str | os.PathLike, dtype: torch.dtype | str
         k_reason = (f"`num_speculative_tokens` is {k}: of the lengths 1..{min(kmax, len(step_costs) - 1)}, the one with the most expected "
                     f"committed tokens per second ({choice.expected_tokens:.2f} tokens per step of {1000 * choice.cost_s:.1f} ms) under the "
                     f"drafter's measured acceptance per position and vLLM's measured step costs (`jetspec_export.json` keeps both).")
+        plain_rate = 1.0 / float(step_costs[0])
+        if choice.rate <= plain_rate:
+            k_reason += (f" At these measurements vLLM without speculation is faster ({plain_rate:.1f} against {choice.rate:.1f} tokens "
+                         "per second per request): this drafter does not pay in this serving setup.")
+            warnings.warn(f"vLLM without speculation is expected to serve faster than with this drafter ({plain_rate:.1f} against "
+                          f"{choice.rate:.1f} tokens per second per request, from the acceptance and step costs given)", stacklevel=2)
     else:
         k = kmax
         k_reason = (f"`num_speculative_tokens` is {k}, the trained block size ({drafter.config.block_size}) minus its anchor row: the "
@@ -262,7 +269,8 @@ def export_for_vllm(drafter, output: str | os.PathLike, dtype: torch.dtype | str
                         ["model.safetensors", "config.json", "README.md", EXPORT_MANIFEST], source)
     if acceptance is not None and step_costs is not None:
         record.choice = {"acceptance": conditional_acceptance(acceptance), "step_costs": [float(c) for c in step_costs],
-                         "draft_cost": float(draft_cost), "num_speculative_tokens": k}
+                         "draft_cost": float(draft_cost), "num_speculative_tokens": k, "expected_rate": choice.rate,
+                         "plain_rate": 1.0 / float(step_costs[0]), "pays": choice.rate > 1.0 / float(step_costs[0])}
     (out / EXPORT_MANIFEST).write_text(json.dumps(asdict(record), indent=2) + "\n")
     return record
 
