@@ -243,11 +243,11 @@ def export_for_vllm(drafter, output: str | os.PathLike, dtype: torch.dtype | str
     kmax = num_speculative_tokens(drafter.config)
     if acceptance is not None and step_costs is not None:
         choice = choose_num_speculative_tokens(acceptance, step_costs, draft_cost, max_tokens=kmax)
+        plain_rate = 1.0 / float(step_costs[0])  # vLLM without speculation: one token per plain step
         k = choice.length
         k_reason = (f"`num_speculative_tokens` is {k}: of the lengths 1..{min(kmax, len(step_costs) - 1)}, the one with the most expected "
                     f"committed tokens per second ({choice.expected_tokens:.2f} tokens per step of {1000 * choice.cost_s:.1f} ms) under the "
                     f"drafter's measured acceptance per position and vLLM's measured step costs (`jetspec_export.json` keeps both).")
-        plain_rate = 1.0 / float(step_costs[0])
         if choice.rate <= plain_rate:
             k_reason += (f" At these measurements vLLM without speculation is faster ({plain_rate:.1f} against {choice.rate:.1f} tokens "
                          "per second per request): this drafter does not pay in this serving setup.")
@@ -270,7 +270,7 @@ def export_for_vllm(drafter, output: str | os.PathLike, dtype: torch.dtype | str
     if acceptance is not None and step_costs is not None:
         record.choice = {"acceptance": conditional_acceptance(acceptance), "step_costs": [float(c) for c in step_costs],
                          "draft_cost": float(draft_cost), "num_speculative_tokens": k, "expected_rate": choice.rate,
-                         "plain_rate": 1.0 / float(step_costs[0]), "pays": choice.rate > 1.0 / float(step_costs[0])}
+                         "plain_rate": plain_rate, "pays": choice.rate > plain_rate}
     (out / EXPORT_MANIFEST).write_text(json.dumps(asdict(record), indent=2) + "\n")
     return record
 
