@@ -210,15 +210,14 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
 
     from hf_jetspec.training.regenerate import MANIFEST_NAME
-    from hf_jetspec.training.scaling import answers_for_tau, fit_log_linear, regeneration_cpu_hours, tau_at
+    from hf_jetspec.training.scaling import answers_for_tau, fit_log_linear, manifest_record, regeneration_cpu_hours, tau_at
 
     output = Path(args.output)
     result = json.loads(output.read_text()) if output.is_file() else {"points": []}
     result["command"] = "python benchmarks/data_scaling.py " + " ".join(argv if argv is not None else sys.argv[1:])
     result["title"] = f"{args.target} drafters: tau against answers ({args.epochs:g} epochs each)"
     manifest = json.loads((Path(args.cache) / MANIFEST_NAME).read_text())
-    result["regeneration"] = {k: manifest.get(k) for k in ("target", "dtype", "config", "source_stats", "num_sequences", "greedy",
-                                                             "sampled", "generated_tokens", "cpu_seconds")}
+    result["regeneration"] = manifest_record(manifest)
     measured = {(p["size"], p["answers"]) for p in result["points"] if "tie_explained" in p}  # older points: measured again, scored
     measurer = None
     for spec in args.point:

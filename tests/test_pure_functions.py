@@ -1,5 +1,7 @@
 """Small pure functions on hand-checkable numbers."""
 
+import hashlib
+
 import pytest
 import torch
 
@@ -212,3 +214,18 @@ def test_data_scaling_line_on_hand_numbers():
     assert regeneration_cpu_hours(sped_up, 1000) == pytest.approx(3000 / 3600)  # on the line from (0, 0) to (2000, 6000)
     assert regeneration_cpu_hours(sped_up, 3000) == pytest.approx(6600 / 3600)  # halfway from 6,000 to 7,200
     assert regeneration_cpu_hours(sped_up, 4000) == pytest.approx(2.0)
+
+
+def test_manifest_record_keeps_the_counts_and_hashes_the_prompt_list():
+    """Two prompts hashed "aa" and "bb": the record's hash is SHA-256("aa\nbb"), 80c0d5c7... (by hand
+    with sha256sum); the marks and the list itself stay out, the counts stay in."""
+    from hf_jetspec.training.scaling import manifest_record
+
+    manifest = {"target": "t", "dtype": "bfloat16", "config": {"seed": 0}, "layer_ids": [1, 2], "sources": {"code": {"prompts": 2}},
+                "prompts_sha256": ["aa", "bb"], "num_sequences": 2, "greedy": 1, "sampled": 1, "generated_tokens": 9,
+                "cpu_seconds": 4.0, "cpu_seconds_at": {"1": 2.0}}
+    got = manifest_record(manifest)
+    assert got["prompts"] == 2 and got["prompts_sha256"] == hashlib.sha256(b"aa\nbb").hexdigest()
+    assert got["prompts_sha256"].startswith("80c0d5c7")
+    assert "cpu_seconds_at" not in got and got["sources"] == {"code": {"prompts": 2}} and got["greedy"] == 1
+    assert manifest_record(manifest | {"prompts_sha256": ["bb", "aa"]})["prompts_sha256"] != got["prompts_sha256"]

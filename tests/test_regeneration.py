@@ -135,6 +135,8 @@ def test_regenerate_writes_a_resumable_cache_with_its_manifest(llama_target, tmp
     assert saved["num_sequences"] == len(cache) == saved["greedy"] + saved["sampled"] == cache.info.num_sequences
     assert saved["generated_tokens"] == sum(len(x["input_ids"]) - x["response_start"] for x in cache) == full.generated_tokens
     assert saved["prompts_sha256"] == manifest["prompts_sha256"]
+    # each run records where it started and on what machine
+    assert [st["first"] for st in saved["stints"]] == [0, 3] and all(st["cpu"] and st["threads"] >= 1 for st in saved["stints"])
     # CPU time adds up over stints: the cost axis of recipe comparisons
     assert 0 < part.cpu_seconds < resumed.cpu_seconds and resumed.cpu_seconds_from == 0
     # and is recorded at every flush (a shard of 2, the stop at 3, the resumed shard of 3-4), so the first N answers are priced where they were made

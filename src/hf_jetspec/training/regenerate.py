@@ -99,10 +99,22 @@ class RegenerationManifest:
     # cpu_seconds when the cache held that many sequences (every flush): what the first N answers cost,
     # exactly where the campaign's speed changed between runs
     cpu_seconds_at: dict = field(default_factory=dict)
+    # one entry per run (stint) of the campaign: the first sequence it made and the machine it ran on
+    # (CPU, threads, torch), so the CPU-hours above say whose CPU-hours they are
+    stints: list = field(default_factory=list)
 
     @property
     def tokens_per_s(self) -> float:
         return self.generated_tokens / self.seconds if self.seconds else 0.0
+
+
+def stint_record(first: int, device) -> dict:
+    """What a regeneration run records of itself in the manifest: the first sequence it makes, and the
+    machine (CPU, threads, native bf16, torch and transformers versions, start date)."""
+    from ..tools.bench import _environment
+
+    env = _environment(torch.device(device))
+    return {"first": int(first)} | {k: env[k] for k in ("cpu", "threads", "native_bf16", "torch", "transformers", "date") if k in env}
 
 
 def evaluation_lines(min_line_chars: int = 30) -> set[str]:
@@ -387,11 +399,13 @@ def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int
         manifest.cpu_seconds = old.get("cpu_seconds", 0.0)
         manifest.cpu_seconds_from = old.get("cpu_seconds_from", done if "cpu_seconds" not in old else 0)
         manifest.cpu_seconds_at = dict(old.get("cpu_seconds_at") or {str(done): manifest.cpu_seconds})
+        manifest.stints = list(old.get("stints") or [])
         info.corpus_size = len(prompts)
     elif os.path.isfile(os.path.join(folder, "feature_cache.json")):
         raise FileExistsError(f"{folder} already holds a feature cache: pass resume=True (--resume) or choose another folder")
     os.makedirs(folder, exist_ok=True)
     writer = FeatureCacheWriter(folder, info, config.shard_sequences)
+    manifest.stints.append(stint_record(done, target.device))
 
     def write_manifest():
         manifest.num_sequences = info.num_sequences

@@ -7,11 +7,12 @@ squares; :func:`answers_for_tau` and :func:`tau_at` read the line forwards and b
 are extrapolations on paper: they assume the same recipe (epochs, drafter size, sources) and no
 saturation, which the points themselves cannot show beyond their own range (tau is also bounded
 by the block size). :func:`regeneration_cpu_hours` prices the first ``n`` answers of a
-regeneration from its manifest.
+regeneration from its manifest; :func:`manifest_record` is the manifest as committed beside them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
@@ -68,3 +69,18 @@ def regeneration_cpu_hours(manifest: dict, answers: int) -> float:
         if n0 < answers <= n1:
             return (c0 + (c1 - c0) * (answers - n0) / (n1 - n0)) / 3600.0
     return float(manifest.get("cpu_seconds", 0.0)) / 3600.0 * answers / done
+
+
+MANIFEST_FIELDS = ("target", "dtype", "config", "layer_ids", "sources", "num_sequences", "greedy", "sampled",
+                   "generated_tokens", "cpu_seconds", "stints")
+
+
+def manifest_record(manifest: dict) -> dict:
+    """A regeneration manifest as committed beside the results trained on it: every field but the
+    per-prompt hashes and CPU-second marks, which are replaced by ``prompts``, the number of prompts
+    selected, and ``prompts_sha256``, one SHA-256 over the per-prompt hashes in order (hex, joined by
+    newlines). A rebuild from the same command must give the same hash, so the few hundred bytes
+    stand for the 2 MB list."""
+    hashes = list(manifest.get("prompts_sha256") or [])
+    return {k: manifest.get(k) for k in MANIFEST_FIELDS} | {
+        "prompts": len(hashes), "prompts_sha256": hashlib.sha256("\n".join(hashes).encode()).hexdigest()}
