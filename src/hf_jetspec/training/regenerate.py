@@ -108,13 +108,22 @@ class RegenerationManifest:
         return self.generated_tokens / self.seconds if self.seconds else 0.0
 
 
-def stint_record(first: int, device) -> dict:
+def stint_record(first: int) -> dict:
     """What a regeneration run records of itself in the manifest: the first sequence it makes, and the
-    machine (CPU, threads, native bf16, torch and transformers versions, start date)."""
-    from ..tools.bench import _environment
+    machine (CPU model and count, torch threads, torch and transformers versions, start date)."""
+    import datetime
+    import platform
 
-    env = _environment(torch.device(device))
-    return {"first": int(first)} | {k: env[k] for k in ("cpu", "threads", "native_bf16", "torch", "transformers", "date") if k in env}
+    import transformers
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"first": int(first), "cpu": f"{cpu} ({os.cpu_count()} cores)", "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 def evaluation_lines(min_line_chars: int = 30) -> set[str]:
@@ -405,7 +414,7 @@ def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int
         raise FileExistsError(f"{folder} already holds a feature cache: pass resume=True (--resume) or choose another folder")
     os.makedirs(folder, exist_ok=True)
     writer = FeatureCacheWriter(folder, info, config.shard_sequences)
-    manifest.stints.append(stint_record(done, target.device))
+    manifest.stints.append(stint_record(done))
 
     def write_manifest():
         manifest.num_sequences = info.num_sequences
