@@ -99,31 +99,13 @@ class RegenerationManifest:
     # cpu_seconds when the cache held that many sequences (every flush): what the first N answers cost,
     # exactly where the campaign's speed changed between runs
     cpu_seconds_at: dict = field(default_factory=dict)
-    # one entry per run (stint) of the campaign: the first sequence it made and the machine it ran on
-    # (CPU, threads, torch), so the CPU-hours above say whose CPU-hours they are
+    # one entry per run (stint) of the campaign: the first sequence it made and the caller's description
+    # of the machine it ran on (``machine``), so the CPU-hours above say whose CPU-hours they are
     stints: list = field(default_factory=list)
 
     @property
     def tokens_per_s(self) -> float:
         return self.generated_tokens / self.seconds if self.seconds else 0.0
-
-
-def stint_record(first: int) -> dict:
-    """What a regeneration run records of itself in the manifest: the first sequence it makes, and the
-    machine (CPU model and count, torch threads, torch and transformers versions, start date)."""
-    import datetime
-    import platform
-
-    import transformers
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"first": int(first), "cpu": f"{cpu} ({os.cpu_count()} cores)", "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "transformers": transformers.__version__,
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 def evaluation_lines(min_line_chars: int = 30) -> set[str]:
@@ -372,13 +354,15 @@ def generate_with_features(target, prompts: list[list[int]], sampled: list[bool]
 
 def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int], config: RegenerationConfig,
                target_name: str = "", prompts: list[RegenerationPrompt] | None = None, source_stats: dict | None = None,
-               resume: bool = False, progress: bool = True, deadline: float | None = None) -> RegenerationManifest:
+               resume: bool = False, progress: bool = True, deadline: float | None = None,
+               machine: dict | None = None) -> RegenerationManifest:
     """Answer ``prompts`` (default :func:`selected_prompts`) with ``target`` and write the feature
     cache and ``regeneration.json`` to ``folder``. ``resume`` continues a run with the same options:
     its finished shards are kept and generation goes on from the next prompt. ``deadline`` (a
     ``time.perf_counter()`` value) stops before the first batch that would start after it, except that
     an empty cache always gets its first batch (a budget spent on setup still yields data to train on);
-    the cache then holds every answered prompt and a later ``resume`` goes on from there."""
+    the cache then holds every answered prompt and a later ``resume`` goes on from there. ``machine``
+    (e.g. CPU, threads, versions) is recorded with this run's first sequence in the manifest's ``stints``."""
     from tqdm.auto import tqdm
 
     if prompts is None:
@@ -414,7 +398,7 @@ def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int
         raise FileExistsError(f"{folder} already holds a feature cache: pass resume=True (--resume) or choose another folder")
     os.makedirs(folder, exist_ok=True)
     writer = FeatureCacheWriter(folder, info, config.shard_sequences)
-    manifest.stints.append(stint_record(done))
+    manifest.stints.append({"first": done} | (machine or {}))
 
     def write_manifest():
         manifest.num_sequences = info.num_sequences
