@@ -27,7 +27,8 @@ def main(argv=None) -> None:
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
 
-    from hf_jetspec.tools.bench import _environment, build_items
+    from hf_jetspec.tools.bench import build_items
+    from hf_jetspec.tools.environment import describe_environment
     from hf_jetspec.training.drafter_tau import acceptance_on_items
     from hf_jetspec.data import load_eval_prompts
     from hf_jetspec.tools.targets import load_drafter_for, load_target
@@ -37,7 +38,7 @@ def main(argv=None) -> None:
     windows = [None if w == "none" else int(w) for w in args.windows.split(",")]
     result = {"command": "python benchmarks/context_window.py " + " ".join(argv or __import__("sys").argv[1:]),
               "target": args.target, "drafter": what, "dtype": args.dtype, "max_new_tokens": args.max_new_tokens,
-              "drafting": "policy off, full blocks, the drafter's own Jacobi passes", "environment": _environment(target.device), "rows": []}
+              "drafting": "policy off, full blocks, the drafter's own Jacobi passes", "environment": describe_environment(target.device), "rows": []}
     for name in args.sets.split(","):
         items = build_items(tokenizer, target, load_eval_prompts(name, tokenizer=tokenizer), args.max_new_tokens)
         references: dict = {}

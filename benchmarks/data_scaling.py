@@ -261,9 +261,9 @@ def main(argv=None) -> None:
                              "answers_for_goal": answers_for_tau(line, args.goal), "goal": args.goal,
                              "tau_at_800k": round(tau_at(line, 800_000), 3)}
         result["prompts"], result["limit"], result["max_new_tokens"] = args.prompts, args.limit, args.max_new_tokens
-        from hf_jetspec.tools.bench import _environment
+        from hf_jetspec.tools.environment import describe_environment
 
-        result["environment"] = _environment(measurer.target.device)
+        result["environment"] = describe_environment(measurer.target.device)
         result["tie_margin"] = measurer.tie_margin  # tools.bench.measure_tie_margin's record, None while nothing diverged
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(result, indent=1) + "\n")

@@ -26,7 +26,8 @@ from pathlib import Path
 import torch
 
 from hf_jetspec import load_target
-from hf_jetspec.tools.bench import _environment, build_items
+from hf_jetspec.tools.bench import build_items
+from hf_jetspec.tools.environment import describe_environment
 from hf_jetspec.data import load_eval_prompts
 from hf_jetspec.drafter.layers import foreign_layer_forward
 
@@ -129,7 +130,7 @@ def main():
             rows.append(row)
             print(f"{layout:6s} {count:3d}/{num_layers} layers  top1 {row['top1']:.3f}  top4 {row['top4']:.3f}", flush=True)
     result = {"target": args.target, "num_layers": num_layers, "prompts": args.prompts, "limit": args.limit, "offset": args.offset,
-              "max_new_tokens": args.max_new_tokens, "subsets": rows, "environment": _environment(torch.device("cpu"))}
+              "max_new_tokens": args.max_new_tokens, "subsets": rows, "environment": describe_environment(torch.device("cpu"))}
     if args.records:
         result["recorded"] = recorded_first_row(args.records)
         print(json.dumps(result["recorded"]))

@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from hf_jetspec import load_target
-from hf_jetspec.tools.bench import _environment, build_items
+from hf_jetspec.tools.bench import build_items
+from hf_jetspec.tools.environment import describe_environment
 from hf_jetspec.data import load_eval_prompts
 from hf_jetspec.foresight.calibrate import load_records, save_records
 from hf_jetspec.foresight.decoder import ForesightDecoder
@@ -183,7 +184,7 @@ def main() -> None:
         "adapter_quality": quality,
         "calibration": {"weights": calibration.weights, "beta": calibration.beta, "threshold": calibration.threshold, "num_rounds": calibration.num_rounds},
         "config": vars(args) | {"drafter_used": what, "adapter_used": str(adapter_path), "items": [i for i, _ in items]},
-        "environment": _environment(target.device),
+        "environment": describe_environment(target.device),
     }
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(result, indent=2) + "\n")

@@ -28,7 +28,8 @@ import hf_jetspec.generation.candidate_generator as candidate_generator
 import hf_jetspec.generation.tree_decoding as tree_decoding
 from hf_jetspec import load_target
 from hf_jetspec.policy import OutputMemory
-from hf_jetspec.tools.bench import _environment, build_items
+from hf_jetspec.tools.bench import build_items
+from hf_jetspec.tools.environment import describe_environment
 from hf_jetspec.data import load_eval_prompts
 from hf_jetspec.tools.targets import load_drafter_for
 from hf_jetspec.assistant import assistant_for
@@ -91,7 +92,7 @@ def main() -> None:
                          "tokens": t["tokens"], "seconds": round(t["seconds"], 3)}
     summary["lazy_vs_every_row"] = round(summary["lazy"]["tokens_per_s"] / summary["every_row"]["tokens_per_s"], 4)
     result = {"config": vars(args), "items": [name for name, _ in items], "results": summary,
-              "environment": _environment(target.device)}
+              "environment": describe_environment(target.device)}
     print(json.dumps(summary, indent=1))
     with open(args.output, "w") as f:
         json.dump(result, f, indent=1)

@@ -45,7 +45,7 @@ def main(argv=None) -> None:
     from transformers import LogitsProcessorList
     from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopPLogitsWarper
 
-    from hf_jetspec.tools.bench import _environment
+    from hf_jetspec.tools.environment import describe_environment
     from hf_jetspec.generation.sampled_drafting import full_vocab_logits, make_proposal
 
     torch.manual_seed(0)
@@ -74,7 +74,7 @@ def main(argv=None) -> None:
         print(f"{ms:8.3f} ms  {name}")
     result = {"command": "python benchmarks/proposal_cost.py " + " ".join(argv or __import__("sys").argv[1:]),
               "rows": args.rows, "draft_vocab": args.draft_vocab, "vocab": args.vocab, "ms_per_block": rows,
-              "environment": _environment(torch.device("cpu"))}
+              "environment": describe_environment(torch.device("cpu"))}
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(result, indent=1) + "\n")

@@ -57,7 +57,8 @@ def main(argv=None) -> None:
     from transformers import LogitsProcessorList
     from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
-    from hf_jetspec.tools.bench import _environment, build_items
+    from hf_jetspec.tools.bench import build_items
+    from hf_jetspec.tools.environment import describe_environment
     from hf_jetspec.data import load_eval_prompts
     from hf_jetspec.drafter.jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
     from hf_jetspec.generation.sampled_drafting import full_vocab_logits
@@ -75,7 +76,7 @@ def main(argv=None) -> None:
     result = {"command": "python benchmarks/proposal_shape.py " + " ".join(argv or __import__("sys").argv[1:]),
               "target": args.target, "drafter": what, "dtype": str(target.dtype).replace("torch.", ""), "top_p": args.top_p,
               "budget": opts.budget, "num_jacobi_passes": opts.num_jacobi_passes, "positions": K,
-              "environment": _environment(target.device), "rows": []}
+              "environment": describe_environment(target.device), "rows": []}
     for spec in args.sets.split(","):
         name, offset = spec.split(":")
         items = build_items(tokenizer, target, load_eval_prompts(name, limit=args.limit, offset=int(offset)), args.max_new_tokens)

@@ -60,7 +60,7 @@ def main(argv=None) -> None:
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
 
-    from hf_jetspec.tools.bench import _environment
+    from hf_jetspec.tools.environment import describe_environment
     from hf_jetspec.drafter.configuration_drafter import default_target_layer_ids
     from hf_jetspec.tools.targets import load_target
     from hf_jetspec.training.regenerate import RegenerationConfig, generate_with_features, regeneration_prompts
@@ -75,7 +75,7 @@ def main(argv=None) -> None:
     states_dtype = torch.bfloat16 if target.dtype == torch.bfloat16 else torch.float16
     result = {"command": "python benchmarks/regeneration_throughput.py " + " ".join(argv or __import__("sys").argv[1:]),
               "target": args.target, "dtype": str(target.dtype).replace("torch.", ""), "prompts": len(prompts),
-              "max_new_tokens": args.max_new_tokens, "environment": _environment(target.device), "rows": []}
+              "max_new_tokens": args.max_new_tokens, "environment": describe_environment(target.device), "rows": []}
     generate_with_features(target, [prompts[0].input_ids], [False], layer_ids, 4, 64, 1.0, eos_ids, 0, states_dtype)  # warm-up
     result["prompt_tokens_mean"] = round(sum(len(p.input_ids) for p in prompts) / len(prompts), 1)
     variants = {"padded": {"drop_finished": False}, "drop": {"drop_finished": True}}

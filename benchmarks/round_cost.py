@@ -290,14 +290,14 @@ def main() -> None:
                 print(f"repeat {r + 1}/{args.repeats} {label} {dtype}: {json.dumps(res)}", file=sys.stderr)
     import torch
 
-    from hf_jetspec.tools.bench import _environment
+    from hf_jetspec.tools.environment import describe_environment
 
     result = {
         "command": "python benchmarks/round_cost.py " + " ".join(sys.argv[1:]),
         "trees": {label: {"commit": _git_rev(_tree_flags(src)[0]), "uncommitted_changes": _dirty(_tree_flags(src)[0]),
                           "compiled_step": "compile" in _tree_flags(src)[1], "int8": "int8" in _tree_flags(src)[1]}
                   for label, src in trees.items()},
-        "environment": _environment(torch.device("cpu")),
+        "environment": describe_environment(torch.device("cpu")),
         "repeats": args.repeats,
         "results": {label: {d: _merge(v) for d, v in per.items()} for label, per in runs.items()},
         "runs": runs,

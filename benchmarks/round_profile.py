@@ -233,7 +233,7 @@ def main(argv=None) -> None:
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
 
-    from hf_jetspec.tools.bench import _environment
+    from hf_jetspec.tools.environment import describe_environment
     if args.save_document:
         from hf_jetspec.data.long_prompts import long_conversations
 
@@ -251,7 +251,7 @@ def main(argv=None) -> None:
         target, tokenizer = load_target(args.target, dtype=dtype)
         drafter, what = load_drafter_for(target, args.target, args.drafter)
         shipped = drafter.drafting_config
-        result.setdefault("environment", _environment(target.device))
+        result.setdefault("environment", describe_environment(target.device))
         result["drafter"] = what
         # the long-chat sets' second conversation, uncut (about 11k tokens), or a saved copy of it
         doc = Path(args.document).read_text() if args.document else long_conversations()[1][1]

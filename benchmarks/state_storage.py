@@ -35,7 +35,7 @@ def main(argv=None) -> None:
 
     from hf_jetspec import JetSpecDrafter
     from hf_jetspec.data import chat_input_ids, load_eval_prompts
-    from hf_jetspec.tools.bench import _environment
+    from hf_jetspec.tools.environment import describe_environment
     from hf_jetspec.tools.targets import load_target
     from hf_jetspec.training.feature_cache import dequantize_states, quantize_states
     from hf_jetspec.training.online import chain_tau
@@ -72,7 +72,7 @@ def main(argv=None) -> None:
         "command": "python benchmarks/state_storage.py " + " ".join(argv or __import__("sys").argv[1:]),
         "target": args.target, "drafter": args.drafter, "max_new_tokens": args.max_new_tokens, "anchors_per_answer": args.blocks,
         "bytes_per_token_states": {"bfloat16": 2 * width, "float8_e4m3fn": width + 4 * len(layer_ids)},
-        "rows": rows, "environment": _environment(target.device),
+        "rows": rows, "environment": describe_environment(target.device),
     }
     if args.output:
         Path(args.output).write_text(json.dumps(result, indent=1) + "\n")

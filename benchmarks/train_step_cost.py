@@ -32,7 +32,7 @@ import torch
 from hf_jetspec import JetSpecDrafter, load_target
 from hf_jetspec.drafter import modeling_drafter
 from hf_jetspec.drafter.masks import block_attention_mask
-from hf_jetspec.tools.bench import _environment
+from hf_jetspec.tools.environment import describe_environment
 from hf_jetspec.training import FeatureCacheCollator, FeatureCacheDataset, JetSpecTrainer, JetSpecTrainingArguments
 from hf_jetspec.training.feature_cache import frequent_cached_tokens
 
@@ -107,7 +107,7 @@ def main() -> None:
     ms = {name: statistics.median(v) for name, v in times.items()}
     result = {
         "command": "python " + " ".join(sys.argv),
-        "environment": _environment(torch.device("cpu")),
+        "environment": describe_environment(torch.device("cpu")),
         "recipe": "2 layers, MLP 1536, draft vocabulary 8192, batch 4, 32 blocks per sequence, block 16, bf16 autocast",
         "steps": args.steps,
         "ms_per_step_median": ms,

@@ -32,7 +32,7 @@ def main(argv=None) -> None:
 
     from transformers import DynamicCache
 
-    from hf_jetspec.tools.bench import _environment
+    from hf_jetspec.tools.environment import describe_environment
     from hf_jetspec.generation.gqa_attention import masked_gqa
     from hf_jetspec.tools.targets import load_target
 
@@ -41,7 +41,7 @@ def main(argv=None) -> None:
               "target": args.target, "repeats": args.repeats, "rows": []}
     for dtype in args.dtypes.split(","):
         target, _ = load_target(args.target, dtype=dtype)
-        result.setdefault("environment", _environment(target.device))
+        result.setdefault("environment", describe_environment(target.device))
         vocab = target.config.vocab_size
         for context in [int(c) for c in args.contexts.split(",")]:
             gen = torch.Generator().manual_seed(0)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 
 from hf_jetspec import load_target
-from hf_jetspec.tools.bench import _environment
+from hf_jetspec.tools.environment import describe_environment
 from hf_jetspec.training.feature_cache import read_layer_ids
 from hf_jetspec.training.regenerate import ALL_SOURCES, SOURCES, RegenerationConfig, regenerate
 
@@ -54,7 +54,7 @@ def main() -> None:
         top_k=args.top_k, seed=args.seed, shard_sequences=args.shard_sequences,
         states_dtype=args.states_storage if args.states_storage != "auto" else "bfloat16" if str(target.dtype) == "torch.bfloat16" else "float16",
     )
-    env = _environment(target.device)
+    env = describe_environment(target.device)
     machine = {k: env[k] for k in ("cpu", "threads", "native_bf16", "torch", "transformers", "date") if k in env}
     manifest = regenerate(target, tokenizer, args.output, layer_ids, config, target_name=args.target, resume=args.resume,
                           machine=machine)

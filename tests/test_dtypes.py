@@ -61,3 +61,16 @@ def test_load_target_rejects_bad_dtype():
 
     with pytest.raises(ValueError, match="unknown dtype"):
         load_target("smollm2-135m", dtype="half-precision-please")
+
+
+def test_environment_names_the_cpu_and_the_capability(tmp_path):
+    from hf_jetspec.tools.environment import cpu_name, describe_environment
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Test CPU 9000\nflags\t\t: avx512_bf16\n")
+    assert cpu_name(info).startswith("Test CPU 9000 (")
+    assert cpu_name(tmp_path / "missing").endswith(" cores)")
+    env = describe_environment(torch.device("cpu"))
+    assert env["threads"] == torch.get_num_threads() and env["torch"] == torch.__version__
+    assert env["device"] == "cpu" and env["date"].endswith(" UTC")
+    assert set(describe_capability(torch.device("cpu"))) <= set(env)

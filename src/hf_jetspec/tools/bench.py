@@ -37,10 +37,8 @@ Methods:
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
-import platform
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -51,6 +49,7 @@ import torch
 from ..data import prompt_input_ids
 from ..generation.stats import GenerationStats
 from ..assistant import assistant_for
+from .environment import describe_environment
 
 JETSPEC_VARIANTS = {
     # name: drafting-config changes on top of the bench's jetspec options
@@ -210,39 +209,6 @@ class PeakMemory:
             self._peak = max(self._peak, self._proc.memory_info().rss)
             self.peak_mb = (self._peak - self._base) / 2**20
         return False
-
-
-def _environment(device: torch.device) -> dict:
-    from importlib.metadata import version
-
-    import transformers
-
-    from .dtypes import describe_capability
-
-    env = {
-        "hf_jetspec": version("hf-jetspec"),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-        "device": str(device),
-        "threads": torch.get_num_threads(),
-        "cpu": _cpu_name(),
-        **describe_capability(device),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-    }
-    if device.type == "cuda":
-        env["gpu"] = torch.cuda.get_device_name(device)
-    return env
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
-        pass
-    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
 
 
 def build_items(tokenizer, target, prompts, max_new_tokens: int) -> list[tuple[str, torch.Tensor]]:
@@ -688,7 +654,7 @@ def summarise(config: BenchConfig, setup: BenchSetup, records: dict[str, MethodR
     result = {
         "methods": methods,
         "config": asdict(config) | {"num_items": len(setup.items), "items": [i for i, _ in setup.items], "target_dtype": dtype_name(setup.target.dtype)},
-        "environment": _environment(setup.target.device),
+        "environment": describe_environment(setup.target.device),
     }
     if numerics:
         result["numerics"] = {k: v for k, v in numerics.items() if k != "methods"}
