@@ -26,6 +26,9 @@ measured CPU time prorated to its answers, plus the trainer's logged CPU time). 
 labelled with its CPU-hours, and the least-squares line of the main size
 (:func:`hf_jetspec.training.scaling.fit_log_linear`) extended to the answers that would reach
 ``--goal``.
+
+With ``--reference`` and no ``--point``, the command measures one drafter folder (e.g. a candidate
+to ship) on the curve's prompts and protocol, reusing the kept outputs, and records it alone.
 """
 
 from __future__ import annotations
@@ -195,7 +198,7 @@ def summary(per_set: dict) -> dict:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cache", required=True, help="a regeneration folder (examples/regenerate.py)")
-    ap.add_argument("--point", action="append", required=True, metavar="LAYERSxMLP:ANSWERS")
+    ap.add_argument("--point", action="append", default=[], metavar="LAYERSxMLP:ANSWERS")
     ap.add_argument("--epochs", type=float, default=4.0)
     ap.add_argument("--target", default="smollm2-135m")
     ap.add_argument("--runs-dir", default="runs/data-scaling")
@@ -208,6 +211,8 @@ def main(argv=None) -> None:
                     help="a drafter measured once on the same prompts and drawn as a level line (e.g. the shipped drafter)")
     ap.add_argument("--output", required=True)
     args = ap.parse_args(argv)
+    if not args.point and not args.reference:
+        ap.error("give at least one --point, or a --reference to measure alone")
 
     from hf_jetspec.training.regenerate import MANIFEST_NAME
     from hf_jetspec.training.scaling import answers_for_tau, fit_log_linear, manifest_record, regeneration_cpu_hours, tau_at
