@@ -183,6 +183,15 @@ class Measurer:
         return out
 
 
+def record_measurement(result: dict, args, measurer: Measurer) -> None:
+    """What every measurement in ``result`` shares: the prompts, the machine and the bf16 tie margin."""
+    from hf_jetspec.tools.environment import describe_environment
+
+    result["prompts"], result["limit"], result["max_new_tokens"] = args.prompts, args.limit, args.max_new_tokens
+    result["environment"] = describe_environment(measurer.target.device)
+    result["tie_margin"] = measurer.tie_margin  # tools.bench.measure_tie_margin's record, None while nothing diverged
+
+
 def summary(per_set: dict) -> dict:
     """What a point (or the reference) records of its measurement."""
     divergences = [d for r in per_set.values() for d in r["divergences"]]
@@ -265,11 +274,7 @@ def main(argv=None) -> None:
                              "slope_per_tenfold": round(line.slope, 4), "per_doubling": round(line.per_doubling, 4),
                              "answers_for_goal": answers_for_tau(line, args.goal), "goal": args.goal,
                              "tau_at_800k": round(tau_at(line, 800_000), 3)}
-        result["prompts"], result["limit"], result["max_new_tokens"] = args.prompts, args.limit, args.max_new_tokens
-        from hf_jetspec.tools.environment import describe_environment
-
-        result["environment"] = describe_environment(measurer.target.device)
-        result["tie_margin"] = measurer.tie_margin  # tools.bench.measure_tie_margin's record, None while nothing diverged
+        record_measurement(result, args, measurer)
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(result, indent=1) + "\n")
         plot(result, output.with_suffix(".png"), args.goal)
@@ -278,6 +283,7 @@ def main(argv=None) -> None:
         measurer = measurer or Measurer(args)
         result["reference"] = {"drafter": args.reference, **summary(measurer.measure(args.reference))}
         print({"reference": result["reference"]}, flush=True)
+        record_measurement(result, args, measurer)
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(result, indent=1) + "\n")
         if result["points"]:
