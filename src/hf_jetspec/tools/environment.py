@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import version
 from pathlib import Path
 
 import torch
@@ -35,12 +35,8 @@ def describe_environment(device: torch.device) -> dict:
     name on CUDA, and the UTC date to the minute."""
     import transformers
 
-    try:
-        package = version("hf-jetspec")
-    except PackageNotFoundError:  # a source tree on sys.path without an install
-        package = "unknown"
     env = {
-        "hf_jetspec": package,
+        "hf_jetspec": version("hf-jetspec"),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),
