@@ -26,7 +26,8 @@ prefills); plain: per token) and the drafter's acceptance per position at the lo
 those, :func:`hf_jetspec.interop.vllm.choose_num_speculative_tokens` picks the length with the most
 expected tokens per second, set beside the tokens per second each length measured; the result file
 feeds ``hf-jetspec export-vllm --acceptance RESULT.json:vllm --step-costs-ms ...`` (the command is
-printed and saved).
+printed and saved). The exactness, agreement and load servers draft ``--num-speculative-tokens``
+tokens a step (default: the block size minus one); pass the sweep's choice to serve it.
 
 ``--smoke`` runs only the exactness check, on a random-weight DFlash-layout drafter, 2 prompts and 24
 new tokens (the opt-in ``vllm`` test).
@@ -168,9 +169,10 @@ def check_exactness(url: str, model: str, items, references: dict, max_tokens: i
     return {"prompts": len(rows), "all_equal": all(r["equal"] for r in rows), "rows": rows}
 
 
-def our_engine(target, drafter, items, max_tokens: int, references: dict) -> dict:
-    """Our engine with the served weights and vLLM's drafting: full blocks, one drafter pass, no policy."""
-    k = drafter.config.block_size
+def our_engine(target, drafter, items, max_tokens: int, references: dict, num_draft: int) -> dict:
+    """Our engine with the served weights and vLLM's drafting: ``num_draft`` tokens after the anchor
+    every round, one drafter pass, no policy."""
+    k = num_draft + 1
     saved = drafter.drafting_config
     drafter.drafting_config = saved.replace(budget=k, num_jacobi_passes=0, policy=False)
     rounds = committed = 0
@@ -332,6 +334,9 @@ def main() -> None:
     ap.add_argument("--skip", default="", help="comma list of parts to skip: load, faults, agreement")
     ap.add_argument("--step-cost-lengths", default="", help="the draft-length sweep: 1,2,...,K (empty: no sweep)")
     ap.add_argument("--step-cost-concurrency", default="1,4")
+    ap.add_argument("--num-speculative-tokens", type=int, default=None,
+                    help="the draft length of the exactness, agreement and load servers (default: block size minus one); "
+                         "the sweep sets its own")
     ap.add_argument("--smoke", action="store_true", help="exactness only, random-weight drafter, 2 prompts, 24 tokens")
     ap.add_argument("--output", required=True)
     args = ap.parse_args()
@@ -350,7 +355,7 @@ def main() -> None:
     drafter.attach_target(target)
     drafter = drafter.eval()
     exported = export_for_vllm(drafter, work / "drafter-vllm", dtype="float32", target=str(target_dir), source=args.drafter or "random")
-    spec = speculative_config(exported.folder, drafter.config)
+    spec = speculative_config(exported.folder, drafter.config, k=args.num_speculative_tokens)
 
     prompts = load_eval_prompts(args.prompts, limit=args.limit)
     items = build_items(tokenizer, target, prompts, args.max_new_tokens)
@@ -358,7 +363,8 @@ def main() -> None:
     for item_id, ids in items:
         with torch.no_grad():
             references[item_id] = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=args.max_new_tokens)
-    result = {"config": vars(args), "export": exported.__dict__, "hardware": _hardware(), "items": [i for i, _ in items]}
+    result = {"config": vars(args), "export": exported.__dict__, "served_speculative_config": spec, "hardware": _hardware(),
+              "items": [i for i, _ in items]}
 
     def serve(spec_config, dtype):
         return running_server(VllmServer(model=str(target_dir), venv=args.venv, port=port, dtype=dtype, max_model_len=args.max_model_len,
@@ -372,7 +378,8 @@ def main() -> None:
         print("exactness:", result["exactness"]["all_equal"], flush=True)
         if "agreement" not in skip:
             result["agreement"] = {"vllm": counters_delta(before, spec_counters(url)),
-                                   "ours": our_engine(target, drafter, items, args.max_new_tokens, references)}
+                                   "ours": our_engine(target, drafter, items, args.max_new_tokens, references,
+                                                                   spec["num_speculative_tokens"])}
             print("agreement:", {k: v.get("mean_accepted_length", v.get("tau")) for k, v in result["agreement"].items()}, flush=True)
         if "faults" not in skip:
             result["faults"] = check_faults(url, "target", items[0], references[items[0][0]], args.max_new_tokens, args.max_model_len)

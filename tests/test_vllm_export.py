@@ -178,6 +178,26 @@ def test_a_restricted_vocabulary_needs_the_target_to_write_its_head(target, tmp_
         export_for_vllm(loaded, tmp_path / "out", target="org/tiny-target")
 
 
+def test_cli_loads_the_target_to_write_a_restricted_vocabularys_head(target, tmp_path):
+    """``hf-jetspec export-vllm`` on a drafter with a draft vocabulary loads ``--target`` for the head
+    rows (the shipped DFlash-layout drafter is one), and says what to pass when it cannot."""
+    target.save_pretrained(tmp_path / "target")
+    drafter = servable(target)
+    drafter.restrict_draft_vocab(torch.tensor([1, 4, 9, 16, 25]))
+    drafter.save_pretrained(tmp_path / "restricted")
+    cli = [sys.executable, "-m", "hf_jetspec.tools.cli", "export-vllm", "--drafter", str(tmp_path / "restricted")]
+    proc = subprocess.run([*cli, "--output", str(tmp_path / "out"), "--target", str(tmp_path / "target"), "--dtype", "float32"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    weights = load_file(str(tmp_path / "out" / "model.safetensors"))
+    assert torch.equal(weights["lm_head.weight"], target.get_output_embeddings().weight.detach()[[1, 4, 9, 16, 25]])
+    assert f"vllm serve {tmp_path / 'target'}" in (tmp_path / "out" / "README.md").read_text()
+    proc = subprocess.run([*cli, "--output", str(tmp_path / "out2"), "--target", str(tmp_path / "no-such-target")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "head rows" in proc.stderr and "--target" in proc.stderr
+    assert not (tmp_path / "out2").exists()
+
+
 def test_shipped_token_input_drafter_is_refused_naming_every_gap():
     errors = vllm_servable_errors(JetSpecDrafter.config_class.from_pretrained(str(REPO / "hub_cards" / "jetspec-smollm2-135m")))
     text = "; ".join(errors)

@@ -217,10 +217,43 @@ def cmd_calibrate_policy(args) -> int:
 def cmd_export_vllm(args) -> int:
     import torch
 
-    from ..interop.vllm import export_for_vllm
+    from ..interop.vllm import export_for_vllm, require_servable
     from ..drafter.modeling_drafter import JetSpecDrafter
 
     drafter = JetSpecDrafter.from_pretrained(args.drafter, dtype=torch.float32)
+    try:
+        require_servable(drafter.config)  # before loading a target for a drafter vLLM cannot run anyway
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    serve_target = args.target
+    if drafter.config.draft_vocab_size is not None:
+        # a restricted draft vocabulary is written as the target's head rows: the target is needed
+        from .targets import converted_folder, load_target, resolve_embedded
+
+        name = args.target or drafter.config.target_name_or_path
+        if not name:
+            print("error: this drafter has a restricted draft vocabulary, written as its target's head rows: pass --target", file=sys.stderr)
+            return 2
+        embedded = resolve_embedded(name)
+        try:
+            if embedded is not None:
+                target, _ = load_target(name, dtype=torch.float32)
+            else:  # only its head is read: no tokenizer needed
+                from transformers import AutoModelForCausalLM
+
+                target = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
+        except (OSError, ValueError) as err:
+            print(f"error: cannot load the target {name!r} for the draft vocabulary's head rows ({err}); pass --target with an "
+                  "embedded target's name (e.g. smollm2-135m) or a local folder", file=sys.stderr)
+            return 2
+        try:
+            drafter.attach_target(target)
+        except ValueError as err:  # the wrong target for this drafter
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        if embedded is not None:  # vLLM serves the converted folder this head came from
+            serve_target = str(converted_folder(embedded))
     acceptance = costs = None
     if (args.acceptance is None) != (args.step_costs_ms is None):
         print("error: --acceptance and --step-costs-ms go together (the profile and vLLM's costs it is priced with)", file=sys.stderr)
@@ -232,7 +265,7 @@ def cmd_export_vllm(args) -> int:
         acceptance = profile.get("drafter") or profile["all"]
         costs = [float(x) / 1000 for x in args.step_costs_ms.split(",")]
     try:
-        record = export_for_vllm(drafter, args.output, dtype=args.dtype, target=args.target, source=args.drafter,
+        record = export_for_vllm(drafter, args.output, dtype=args.dtype, target=serve_target, source=args.drafter,
                                  acceptance=acceptance, step_costs=costs, draft_cost=args.draft_cost_ms / 1000)
     except (ValueError, FileExistsError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -355,7 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--drafter", required=True, help="a JetSpecDrafter folder trained with --dflash-layout and bidirectional attention")
     exp.add_argument("--output", required=True, help="the folder to write (model.safetensors, config.json, README.md)")
     exp.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"], help="weights' dtype in the folder")
-    exp.add_argument("--target", default=None, help="the target's Hub id or folder for the card (default: the drafter config's)")
+    exp.add_argument("--target", default=None, help="the target: an embedded name (e.g. smollm2-135m: its converted folder is served), a Hub id "
+                          "or a folder (default: the drafter config's); loaded when the drafter has a restricted draft "
+                          "vocabulary, whose head rows it writes")
     exp.add_argument("--acceptance", default=None,
                      help="BENCH.json[:METHOD]: the drafter's acceptance per position from a bench run (method default jetspec, "
                           "run with --policy off --tree off); with --step-costs-ms, num_speculative_tokens is chosen from them")
