@@ -379,7 +379,7 @@ def main() -> None:
         if "agreement" not in skip:
             result["agreement"] = {"vllm": counters_delta(before, spec_counters(url)),
                                    "ours": our_engine(target, drafter, items, args.max_new_tokens, references,
-                                                                   spec["num_speculative_tokens"])}
+                                                      spec["num_speculative_tokens"])}
             print("agreement:", {k: v.get("mean_accepted_length", v.get("tau")) for k, v in result["agreement"].items()}, flush=True)
         if "faults" not in skip:
             result["faults"] = check_faults(url, "target", items[0], references[items[0][0]], args.max_new_tokens, args.max_model_len)
