@@ -29,6 +29,11 @@ feeds ``hf-jetspec export-vllm --acceptance RESULT.json:vllm --step-costs-ms ...
 printed and saved). The exactness, agreement and load servers draft ``--num-speculative-tokens``
 tokens a step (default: the block size minus one); pass the sweep's choice to serve it.
 
+``--schedule-from SWEEP.json`` serves instead with the batch-size schedule chosen from an earlier
+sweep (:func:`hf_jetspec.interop.vllm.batch_size_schedule`: vLLM's
+``num_speculative_tokens_per_batch_size``, the draft length following the number of requests in a
+step, 0 where a draft does not pay), as ``hf-jetspec export-vllm --step-costs-from`` writes it.
+
 ``--smoke`` runs only the exactness check, on a random-weight DFlash-layout drafter, 2 prompts and 24
 new tokens (the opt-in ``vllm`` test).
 """
@@ -54,7 +59,8 @@ import torch
 from hf_jetspec import JetSpecDrafter, load_target
 from hf_jetspec.tools.bench import build_items, dump_json
 from hf_jetspec.data import load_eval_prompts
-from hf_jetspec.interop.vllm import VllmServer, export_for_vllm, speculative_config, vllm_command
+from hf_jetspec.interop.vllm import (VllmServer, batch_size_schedule, export_for_vllm, num_speculative_tokens, speculative_config,
+                                     vllm_command)
 
 
 # ------------------------------------------------------------------------------------------ server
@@ -337,6 +343,9 @@ def main() -> None:
     ap.add_argument("--num-speculative-tokens", type=int, default=None,
                     help="the draft length of the exactness, agreement and load servers (default: block size minus one); "
                          "the sweep sets its own")
+    ap.add_argument("--schedule-from", default=None, metavar="SWEEP.json",
+                    help="serve with a batch-size schedule (num_speculative_tokens_per_batch_size) chosen from an earlier "
+                         "result's step-cost sweep and acceptance profile, as `hf-jetspec export-vllm --step-costs-from` writes it")
     ap.add_argument("--smoke", action="store_true", help="exactness only, random-weight drafter, 2 prompts, 24 tokens")
     ap.add_argument("--output", required=True)
     args = ap.parse_args()
@@ -355,7 +364,17 @@ def main() -> None:
     drafter.attach_target(target)
     drafter = drafter.eval()
     exported = export_for_vllm(drafter, work / "drafter-vllm", dtype="float32", target=str(target_dir), source=args.drafter or "random")
-    spec = speculative_config(exported.folder, drafter.config, k=args.num_speculative_tokens)
+    schedule = None
+    if args.schedule_from is not None:
+        if args.num_speculative_tokens is not None:
+            raise SystemExit("--schedule-from and --num-speculative-tokens both set the draft length: give one")
+        sweep = json.loads(Path(args.schedule_from).read_text())["step_cost_sweep"]
+        profile = sweep["methods"]["vllm"]["position_acceptance"]["all"]
+        schedule = batch_size_schedule(profile, {int(c): [x / 1000 for x in v["step_costs_ms"]] for c, v in sweep["by_concurrency"].items()},
+                                       max_tokens=num_speculative_tokens(drafter.config))
+        print("batch-size schedule:", schedule, flush=True)
+    spec = speculative_config(exported.folder, drafter.config, k=args.num_speculative_tokens, schedule=schedule)
+    one_request_k = spec["num_speculative_tokens"] if schedule is None else schedule[0][2]  # exactness and agreement send one at a time
 
     prompts = load_eval_prompts(args.prompts, limit=args.limit)
     items = build_items(tokenizer, target, prompts, args.max_new_tokens)
@@ -379,7 +398,7 @@ def main() -> None:
         if "agreement" not in skip:
             result["agreement"] = {"vllm": counters_delta(before, spec_counters(url)),
                                    "ours": our_engine(target, drafter, items, args.max_new_tokens, references,
-                                                      spec["num_speculative_tokens"])}
+                                                      one_request_k)}
             print("agreement:", {k: v.get("mean_accepted_length", v.get("tau")) for k, v in result["agreement"].items()}, flush=True)
         if "faults" not in skip:
             result["faults"] = check_faults(url, "target", items[0], references[items[0][0]], args.max_new_tokens, args.max_model_len)
@@ -391,6 +410,11 @@ def main() -> None:
         first = next(iter(sweep["by_concurrency"].values()))
         sweep["export_command"] = (f"hf-jetspec export-vllm --drafter {args.drafter} --output DRAFTER-VLLM --acceptance {args.output}:vllm "
                                    f"--step-costs-ms {','.join(str(x) for x in first['step_costs_ms'])}")
+        sweep["batch_size_schedule"] = [list(r) for r in batch_size_schedule(
+            sweep["methods"]["vllm"]["position_acceptance"]["all"],
+            {int(c): [x / 1000 for x in v["step_costs_ms"]] for c, v in sweep["by_concurrency"].items()})]
+        sweep["schedule_export_command"] = (f"hf-jetspec export-vllm --drafter {args.drafter} --output DRAFTER-VLLM "
+                                            f"--acceptance {args.output}:vllm --step-costs-from {args.output}")
         result["step_cost_sweep"] = sweep
         result["methods"] = sweep["methods"]  # so that --acceptance RESULT.json:vllm reads the profile
         print("chosen:", {c: v["chosen"] for c, v in sweep["by_concurrency"].items()}, "measured best:",

@@ -22,11 +22,14 @@ from hf_jetspec.drafter.dflash_format import dflash_to_jetspec
 from hf_jetspec.interop.vllm import (
     openmp_runtime,
     EXPORT_MANIFEST,
+    LARGEST_BATCH,
     VllmServer,
+    batch_size_schedule,
     choose_num_speculative_tokens,
     conditional_acceptance,
     export_for_vllm,
     num_speculative_tokens,
+    speculative_config,
     vllm_command,
     vllm_servable_errors,
 )
@@ -113,6 +116,64 @@ def test_num_speculative_tokens_is_chosen_from_acceptance_and_vllm_costs_on_hand
     assert choose_num_speculative_tokens([0.9] * 4, [0.010, 0.0101, 0.0102, 0.0103, 0.0104]).length == 4
     with pytest.raises(ValueError, match="reaches no"):
         choose_num_speculative_tokens([(0, 0)], costs)
+
+
+# acceptance 0.8, 0.5, 0.5: E(k) = 1, 1.8, 2.2, 2.4 tokens. Step costs (ms) for k = 0..3 at three concurrencies:
+# 10, 11, 12, 13 -> 0.100, 0.164, 0.183, 0.185 tokens/ms: k = 3
+# 10, 12, 16, 20 -> 0.100, 0.150, 0.138, 0.120: k = 1
+# 10, 19, 25, 30 -> 0.100, 0.095, 0.088, 0.080: k = 0, a draft does not pay
+COSTS_K3, COSTS_K1, COSTS_K0 = [0.010, 0.011, 0.012, 0.013], [0.010, 0.012, 0.016, 0.020], [0.010, 0.019, 0.025, 0.030]
+
+
+def test_batch_size_schedule_on_hand_numbers():
+    profile = [0.8, 0.5, 0.5]
+    assert choose_num_speculative_tokens(profile, COSTS_K0).length == 1  # drafted lengths alone, as before
+    assert choose_num_speculative_tokens(profile, COSTS_K0, min_tokens=0).length == 0
+    # measured at 1, 4, 16: 1 -> 3; 2..3 (unmeasured) the shorter of 3 and 1; 4 -> 1; 5..15 the shorter of 1 and 0; 16 and up -> 0
+    assert batch_size_schedule(profile, {1: COSTS_K3, 4: COSTS_K1, 16: COSTS_K0}) == [(1, 1, 3), (2, 4, 1), (5, LARGEST_BATCH, 0)]
+    # the smallest measured level also covers the batch sizes below it; keys may be strings (read from JSON)
+    assert batch_size_schedule(profile, {"2": COSTS_K3, "8": COSTS_K1}) == [(1, 2, 3), (3, LARGEST_BATCH, 1)]
+    assert batch_size_schedule(profile, {1: COSTS_K3}) == [(1, LARGEST_BATCH, 3)]
+    assert batch_size_schedule(profile, {1: COSTS_K3}, max_tokens=2) == [(1, LARGEST_BATCH, 2)]
+    with pytest.raises(ValueError, match="at least one"):
+        batch_size_schedule(profile, {})
+    spec = speculative_config("folder", None, schedule=[(1, 1, 3), (2, LARGEST_BATCH, 0)])
+    assert spec["num_speculative_tokens"] == 3 and spec["num_speculative_tokens_per_batch_size"] == [[1, 1, 3], [2, LARGEST_BATCH, 0]]
+    with pytest.raises(ValueError, match="no batch size"):
+        speculative_config("folder", None, schedule=[(1, LARGEST_BATCH, 0)])
+
+
+def test_export_writes_a_batch_size_schedule_from_costs_at_several_concurrencies(target, tmp_path):
+    record = export_for_vllm(servable(target), tmp_path / "sched", target="x", acceptance=[0.8, 0.5, 0.5],
+                             step_costs={1: COSTS_K3, 4: COSTS_K0})
+    assert record.speculative_config["num_speculative_tokens_per_batch_size"] == [[1, 1, 3], [2, LARGEST_BATCH, 0]]
+    assert record.num_speculative_tokens == 3 and record.choice["batch_size_schedule"] == [[1, 1, 3], [2, LARGEST_BATCH, 0]]
+    card = (tmp_path / "sched" / "README.md").read_text()
+    assert "follows the batch size (1-1: 3, 2-: 0" in card and "num_speculative_tokens_per_batch_size" in card
+    # a drafter that pays at no concurrency gets no schedule: the lowest level's best length, and the warning
+    with pytest.warns(UserWarning, match="without speculation"):
+        record = export_for_vllm(servable(target), tmp_path / "never", target="x", acceptance=[0.8, 0.5, 0.5],
+                                 step_costs={1: COSTS_K0, 4: COSTS_K0})
+    assert "num_speculative_tokens_per_batch_size" not in record.speculative_config and record.num_speculative_tokens == 1
+
+
+def test_cli_reads_the_schedules_costs_from_a_sweep_result(target, tmp_path):
+    drafter = servable(target)
+    drafter.save_pretrained(tmp_path / "drafter")
+    sweep = {"methods": {"vllm": {"position_acceptance": {"all": [[100, 80], [80, 40], [40, 20]]}}},
+             "step_cost_sweep": {"by_concurrency": {"1": {"step_costs_ms": [1000 * x for x in COSTS_K3]},
+                                                    "4": {"step_costs_ms": [1000 * x for x in COSTS_K1]}}}}
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    cli = [sys.executable, "-m", "hf_jetspec.tools.cli", "export-vllm", "--drafter", str(tmp_path / "drafter"), "--target", "x",
+           "--acceptance", f"{tmp_path / 'sweep.json'}:vllm"]
+    proc = subprocess.run([*cli, "--output", str(tmp_path / "out"), "--step-costs-from", str(tmp_path / "sweep.json")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    written = json.loads((tmp_path / "out" / EXPORT_MANIFEST).read_text())
+    assert written["speculative_config"]["num_speculative_tokens_per_batch_size"] == [[1, 1, 3], [2, LARGEST_BATCH, 1]]
+    proc = subprocess.run([*cli, "--output", str(tmp_path / "out2"), "--step-costs-from", str(tmp_path / "sweep.json"),
+                           "--step-costs-ms", "10,11"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "give one" in proc.stderr
 
 
 def test_export_writes_the_chosen_length_and_why(target, tmp_path):

@@ -17,6 +17,9 @@ and it ignores ``block_size``: the draft length is ``num_speculative_tokens`` al
 it from the drafter's measured acceptance per position and vLLM's measured step costs
 (:func:`choose_num_speculative_tokens`: the most expected committed tokens per second), or, without
 those measurements, sets the longest the drafter was trained for (block size minus its anchor row).
+With step costs measured at several concurrencies it writes a batch-size schedule instead
+(:func:`batch_size_schedule`, vLLM's ``num_speculative_tokens_per_batch_size``), so the draft length
+follows the number of requests in a step.
 
 What stays in the transformers path: Jacobi passes, foresight, the round policy, trees, n-gram
 proposals. vLLM drafts one full block per step and verifies it as a chain.
@@ -89,8 +92,8 @@ def conditional_acceptance(profile) -> list[float]:
     return rates
 
 
-def choose_num_speculative_tokens(profile, step_costs, draft_cost: float = 0.0, max_tokens: int | None = None):
-    """The draft length ``k >= 1`` with the most expected committed tokens per second in vLLM.
+def choose_num_speculative_tokens(profile, step_costs, draft_cost: float = 0.0, max_tokens: int | None = None, min_tokens: int = 1):
+    """The draft length ``k >= min_tokens`` with the most expected committed tokens per second in vLLM.
 
     ``profile``: the drafter's conditional acceptance per position (:func:`conditional_acceptance`);
     ``step_costs[k]``: vLLM's verification step with ``k`` draft tokens (``step_costs[0]``: a plain
@@ -108,11 +111,56 @@ def choose_num_speculative_tokens(profile, step_costs, draft_cost: float = 0.0, 
         raise ValueError("the acceptance profile reaches no draft position: measure it with a bench run of the drafter first")
     if len(step_costs) < 2:
         raise ValueError("step_costs needs a plain step and at least one draft length: [c(0), c(1), ...]")
-    return choose_verify_length(rates, [float(c) for c in step_costs], draft_cost=float(draft_cost), min_length=1)
+    return choose_verify_length(rates, [float(c) for c in step_costs], draft_cost=float(draft_cost), min_length=min_tokens)
 
 
-def speculative_config(folder: str, config: JetSpecDrafterConfig, k: int | None = None) -> dict:
-    """vLLM's ``speculative_config`` for an exported folder (``k``: the draft length; default the longest)."""
+LARGEST_BATCH = 1 << 16  # the open end of a batch-size schedule's last range (vLLM clamps it to its largest batch)
+
+
+def batch_size_schedule(profile, costs_by_concurrency: dict, draft_cost: float = 0.0,
+                        max_tokens: int | None = None) -> list[tuple[int, int, int]]:
+    """vLLM's ``num_speculative_tokens_per_batch_size`` from step costs measured at several concurrencies.
+
+    ``costs_by_concurrency[c]``: vLLM's step costs per request at concurrency ``c``, ``[c(0), c(1), ...]``
+    as for :func:`choose_num_speculative_tokens`. At each measured ``c`` the draft length with the most
+    expected tokens per second is chosen, ``0`` (no draft tokens) included; the schedule gives
+    each measured batch size its own length, batch sizes below the smallest measured one that
+    one's, batch sizes between two measured ones the shorter of their two lengths (their costs are
+    not measured, and a draft that pays at the larger batch pays at the smaller one too), and
+    batch sizes above the largest measured one its length. Returns inclusive
+    ``(first, last, k)`` ranges from batch size 1, neighbours with the same ``k`` merged."""
+    if not costs_by_concurrency:
+        raise ValueError("costs_by_concurrency needs the step costs of at least one concurrency")
+    levels = sorted(int(c) for c in costs_by_concurrency)
+    if levels[0] < 1:
+        raise ValueError(f"concurrencies must be at least 1, got {levels[0]}")
+    costs = {int(c): v for c, v in costs_by_concurrency.items()}
+    lengths = [choose_num_speculative_tokens(profile, costs[c], draft_cost, max_tokens, min_tokens=0).length for c in levels]
+    ranges = []
+    for i, (c, k) in enumerate(zip(levels, lengths)):
+        ranges.append((1 if i == 0 else c, c, k))
+        upper = levels[i + 1] - 1 if i + 1 < len(levels) else LARGEST_BATCH
+        if upper > c:
+            ranges.append((c + 1, upper, k if i + 1 == len(levels) else min(k, lengths[i + 1])))
+    merged = [ranges[0]]
+    for first, last, k in ranges[1:]:
+        if k == merged[-1][2]:
+            merged[-1] = (merged[-1][0], last, k)
+        else:
+            merged.append((first, last, k))
+    return merged
+
+
+def speculative_config(folder: str, config: JetSpecDrafterConfig, k: int | None = None,
+                       schedule: list[tuple[int, int, int]] | None = None) -> dict:
+    """vLLM's ``speculative_config`` for an exported folder (``k``: the draft length; default the longest).
+    With a ``schedule`` (:func:`batch_size_schedule`) the length follows the batch size and
+    ``num_speculative_tokens`` is its longest length."""
+    if schedule is not None:
+        if not any(k for _, _, k in schedule):
+            raise ValueError("the schedule drafts at no batch size: serve without speculation")
+        return {"method": "dflash", "model": str(folder), "num_speculative_tokens": max(k for _, _, k in schedule),
+                "num_speculative_tokens_per_batch_size": [list(r) for r in schedule]}
     return {"method": "dflash", "model": str(folder), "num_speculative_tokens": int(k) if k is not None else num_speculative_tokens(config)}
 
 
@@ -220,7 +268,10 @@ def export_for_vllm(drafter, output: str | os.PathLike, dtype: torch.dtype | str
     mask token, no per-head q/k norms, ...). With the drafter's measured ``acceptance`` profile and
     vLLM's ``step_costs`` (and ``draft_cost``), ``num_speculative_tokens`` is the length that maximises
     expected committed tokens per second (:func:`choose_num_speculative_tokens`); without them it is
-    the longest the drafter was trained for, and the card says so."""
+    the longest the drafter was trained for, and the card says so. ``step_costs`` as a dict
+    ``{concurrency: [c(0), c(1), ...]}`` (costs measured at several concurrencies) writes a batch-size
+    schedule instead (:func:`batch_size_schedule`): the length follows the number of requests in a
+    step, down to none where a draft does not pay."""
     from safetensors.torch import save_file
 
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
@@ -241,6 +292,13 @@ def export_for_vllm(drafter, output: str | os.PathLike, dtype: torch.dtype | str
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     kmax = num_speculative_tokens(drafter.config)
+    schedule = None
+    if acceptance is not None and isinstance(step_costs, dict):  # several concurrencies: a batch-size schedule
+        by_level = {int(c): [float(x) for x in v] for c, v in step_costs.items()}
+        schedule = batch_size_schedule(acceptance, by_level, draft_cost, max_tokens=kmax)
+        if not any(k for _, _, k in schedule):  # it pays nowhere: the lowest concurrency's best length, with the warning
+            schedule = None
+        step_costs = by_level[min(by_level)]
     if acceptance is not None and step_costs is not None:
         choice = choose_num_speculative_tokens(acceptance, step_costs, draft_cost, max_tokens=kmax)
         plain_rate = 1.0 / float(step_costs[0])  # vLLM without speculation: one token per plain step
@@ -258,7 +316,15 @@ def export_for_vllm(drafter, output: str | os.PathLike, dtype: torch.dtype | str
         k_reason = (f"`num_speculative_tokens` is {k}, the trained block size ({drafter.config.block_size}) minus its anchor row: the "
                     "longest it can serve. Export with the drafter's measured acceptance and vLLM's step costs "
                     "(`hf-jetspec export-vllm --acceptance ... --step-costs-ms ...`) to choose the length that pays best.")
-    spec = speculative_config(str(out), drafter.config, k)
+    if schedule is not None:
+        k = max(k for _, _, k in schedule)
+        rows = ", ".join(f"{first}-{'' if last == LARGEST_BATCH else last}: {k_}" for first, last, k_ in schedule)
+        k_reason = (f"`num_speculative_tokens` follows the batch size ({rows}; 0: no draft tokens): at each concurrency measured, "
+                    f"the length with the most expected committed tokens per second under the drafter's measured acceptance per "
+                    f"position and vLLM's step costs measured there (`jetspec_export.json` keeps both); a batch size between two "
+                    f"measured ones takes the shorter of their lengths. vLLM 0.32 reads the schedule from "
+                    f"`num_speculative_tokens_per_batch_size`.")
+    spec = speculative_config(str(out), drafter.config, k, schedule=schedule)
     card = CARD.format(
         name=out.name, target=target, source=source or "a JetSpecDrafter", layers=list(drafter.config.target_layer_ids),
         k=spec["num_speculative_tokens"], block=drafter.config.block_size, dtype=dtype_name, folder_name=out.name,
@@ -271,6 +337,9 @@ def export_for_vllm(drafter, output: str | os.PathLike, dtype: torch.dtype | str
         record.choice = {"acceptance": conditional_acceptance(acceptance), "step_costs": [float(c) for c in step_costs],
                          "draft_cost": float(draft_cost), "num_speculative_tokens": k, "expected_rate": choice.rate,
                          "plain_rate": plain_rate, "pays": choice.rate > plain_rate}
+        if schedule is not None:
+            record.choice |= {"step_costs_by_concurrency": {str(c): v for c, v in sorted(by_level.items())},
+                              "batch_size_schedule": [list(r) for r in schedule]}
     (out / EXPORT_MANIFEST).write_text(json.dumps(asdict(record), indent=2) + "\n")
     return record
 

@@ -255,15 +255,28 @@ def cmd_export_vllm(args) -> int:
         if embedded is not None:  # vLLM serves the converted folder this head came from
             serve_target = str(converted_folder(embedded))
     acceptance = costs = None
-    if (args.acceptance is None) != (args.step_costs_ms is None):
-        print("error: --acceptance and --step-costs-ms go together (the profile and vLLM's costs it is priced with)", file=sys.stderr)
+    if args.step_costs_ms is not None and args.step_costs_from is not None:
+        print("error: --step-costs-ms and --step-costs-from are two sources of the same costs: give one", file=sys.stderr)
+        return 2
+    if (args.acceptance is None) != (args.step_costs_ms is None and args.step_costs_from is None):
+        print("error: --acceptance and --step-costs-ms (or --step-costs-from) go together (the profile and vLLM's costs it is "
+              "priced with)", file=sys.stderr)
         return 2
     if args.acceptance is not None:
         path, _, method = args.acceptance.partition(":")
         with open(path) as f:
             profile = json.load(f)["methods"][method or "jetspec"]["position_acceptance"]
         acceptance = profile.get("drafter") or profile["all"]
-        costs = [float(x) / 1000 for x in args.step_costs_ms.split(",")]
+        if args.step_costs_ms is not None:
+            costs = [float(x) / 1000 for x in args.step_costs_ms.split(",")]
+        else:
+            with open(args.step_costs_from) as f:
+                levels = (json.load(f).get("step_cost_sweep") or {}).get("by_concurrency")
+            if not levels:
+                print(f"error: {args.step_costs_from} holds no step-cost sweep (run benchmarks/serve_vllm.py with "
+                      "--step-cost-lengths)", file=sys.stderr)
+                return 2
+            costs = {int(c): [float(x) / 1000 for x in v["step_costs_ms"]] for c, v in levels.items()}
     try:
         record = export_for_vllm(drafter, args.output, dtype=args.dtype, target=serve_target, source=args.drafter,
                                  acceptance=acceptance, step_costs=costs, draft_cost=args.draft_cost_ms / 1000)
@@ -395,6 +408,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="BENCH.json[:METHOD]: the drafter's acceptance per position from a bench run (method default jetspec, "
                           "run with --policy off --tree off); with --step-costs-ms, num_speculative_tokens is chosen from them")
     exp.add_argument("--step-costs-ms", default=None, help="vLLM's step time with 0, 1, 2, ... draft tokens, comma-separated ms")
+    exp.add_argument("--step-costs-from", default=None, metavar="SWEEP.json",
+                     help="a benchmarks/serve_vllm.py result with a step-cost sweep: the costs at every concurrency it measured, "
+                          "for a batch-size schedule (num_speculative_tokens_per_batch_size: the length follows the batch, "
+                          "0 where a draft does not pay)")
     exp.add_argument("--draft-cost-ms", type=float, default=0.0, help="vLLM's drafting forward, ms")
     exp.set_defaults(func=cmd_export_vllm)
     return parser
