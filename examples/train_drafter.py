@@ -75,6 +75,9 @@ def main() -> None:
                     help="with --init-from a restricted drafter: keep its draft vocabulary and add the most frequent response "
                          "tokens of --feature-cache (then of ShareGPT responses) until it holds N ids")
     ap.add_argument("--slot-decay", type=float, default=7.0, help="slot weights exp(-(k-1)/decay); 0 for flat")
+    ap.add_argument("--truncated-blocks", type=float, default=0.0, metavar="SHARE",
+                    help="bidirectional drafters: train this share of blocks drafted at a shorter length, as a server asked for "
+                         "fewer draft tokens (vLLM's num_speculative_tokens) builds them")
     ap.add_argument("--num-sequences", type=int, default=4000)
     ap.add_argument("--seq-len", type=int, default=384)
     ap.add_argument("--batch-size", type=int, default=4)
@@ -163,6 +166,7 @@ def main() -> None:
         blocks_per_sequence=args.blocks_per_sequence,
         divergence=args.divergence,
         slot_decay=args.slot_decay or None,
+        truncated_blocks=args.truncated_blocks,
     )
     trainer = JetSpecTrainer(model=model, args=targs, target=target, train_dataset=corpus, data_collator=collator)
     last = get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None

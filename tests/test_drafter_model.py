@@ -212,6 +212,34 @@ def test_training_forward_matches_incremental_drafting(trained_llama):
         assert torch.equal(drafter.draft_block(cache, blocks[0, b], a), packed[b])
 
 
+@pytest.mark.parametrize("row_predicts", ["self", "next"])
+def test_a_truncated_training_block_equals_the_shorter_block(row_predicts):
+    """A bidirectional drafter trained on blocks drafted shorter (``draft_lengths``) sees in them
+    exactly what it sees when it drafts that many tokens: the packed view of a 6-input block cut to k
+    gives the outputs of a k-input block, for its first k slots."""
+    target = tiny_llama()
+    torch.manual_seed(0)
+    extra = {"block_inputs": "mask", "mask_token_id": 3, "qk_norm": True, "context_input_norm": False} if row_predicts == "self" else {}
+    drafter = JetSpecDrafter.for_target(target, attention="bidirectional", row_predicts=row_predicts, block_size=7, **extra).eval()
+    g = torch.Generator().manual_seed(1)
+    seq = torch.randint(0, target.config.vocab_size, (1, 30), generator=g)
+    with torch.no_grad():
+        out = target(seq, output_hidden_states=True)
+    states = torch.cat([out.hidden_states[i + 1] for i in drafter.config.target_layer_ids], -1)
+    anchors = torch.tensor([[8, 14, 20]])
+    blocks = torch.stack([seq[0, a:a + 6] for a in anchors[0].tolist()])[None]
+    noise = torch.zeros(blocks.shape, dtype=torch.bool)
+    noise[..., 1:] = True
+    lengths = torch.tensor([[6, 2, 4]])
+    with torch.no_grad():
+        cut = drafter(states, blocks, anchors, noise, draft_lengths=lengths).logits[0]
+        whole = drafter(states, blocks, anchors, noise).logits[0]
+        for b, k in enumerate(lengths[0].tolist()):
+            alone = drafter(states, blocks[:, b:b + 1, :k], anchors[:, b:b + 1], noise[:, b:b + 1, :k]).logits[0, 0]
+            torch.testing.assert_close(cut[b, :k], alone, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(cut[1, :2], whole[1, :2])  # bidirectional rows did see the rows the cut removed
+
+
 def test_restricted_draft_vocab_is_exact_and_round_trips(tmp_path, trained_llama):
     target, drafter, prompts = trained_llama
     small = JetSpecDrafter(drafter.config.__class__(**drafter.config.to_dict()))

@@ -9,7 +9,7 @@ from hf_jetspec import default_target_layer_ids
 from hf_jetspec.drafter.configuration_drafter import rope_theta_of
 from hf_jetspec.drafter.jacobi import initial_block_inputs, jacobi_refine, refined_block_inputs, sample_noise_tokens
 from hf_jetspec.drafter.layers import packed_block_attention
-from hf_jetspec.drafter.masks import PackedBlocks, block_attention_mask, context_visibility
+from hf_jetspec.drafter.masks import PackedBlocks, block_attention_mask, context_visibility, truncated_block_mask
 from hf_jetspec.generation.stopping import first_stop_length, truncate_generate_output
 from hf_jetspec.generation.stats import GenerationStats, accept_length_histogram
 from reference_verify import exact_match_verify, greedy_accept_length, point_mass_accept_probability, rejection_accept_probability
@@ -111,8 +111,21 @@ def test_block_attention_mask():
     assert b == [[1, 1, 1, 1], [1, 1, 1, 1]]
 
 
+def test_truncated_block_mask_by_hand():
+    """Blocks of 3 rows packed; the second block drafts shorter (2 rows exist): its rows 0 and 1 no
+    longer see row 2, and row 2 (past its end, no loss) sees the rows that exist and itself."""
+    m = truncated_block_mask(3, False, torch.tensor([[3, 2]]))[0].int().tolist()
+    assert m[0] == [[1, 1, 1]] * 3
+    assert m[1] == [[1, 1, 0], [1, 1, 0], [1, 1, 1]]
+    causal = truncated_block_mask(3, True, torch.tensor([[1]]))[0, 0].int().tolist()
+    assert causal == [[1, 0, 0], [1, 1, 0], [1, 0, 1]]  # the row that exists, and itself
+    dense = block_attention_mask(context_visibility(torch.tensor([[1, 1]]), 1), 3, False, torch.tensor([[3, 2]]))[0, 0].int()
+    assert dense[3:, 1 + 3:].tolist() == m[1] and dense[3:, 1:4].sum() == 0 and dense[:3, 1:4].tolist() == m[0]
+
+
 @pytest.mark.parametrize("causal", [True, False])
-def test_packed_block_attention_equals_the_dense_mask(causal):
+@pytest.mark.parametrize("truncated", [False, True])
+def test_packed_block_attention_equals_the_dense_mask(causal, truncated):
     """The structured training attention gives SDPA's output and gradients under the dense mask
     (float32; grouped-query heads; a block whose anchor is 0 sees no context row)."""
     import torch.nn.functional as F
@@ -121,7 +134,8 @@ def test_packed_block_attention_equals_the_dense_mask(causal):
     bsz, heads, kv_heads, nb, length, ctx, dim = 2, 6, 2, 3, 4, 7, 8
     q = torch.randn(bsz, heads, nb * length, dim, generator=g, requires_grad=True)
     kv = [torch.randn(bsz, kv_heads, n, dim, generator=g, requires_grad=True) for n in (ctx, ctx, nb * length, nb * length)]
-    blocks = PackedBlocks(context_visibility(torch.tensor([[0, 3, 5], [2, 2, 7]]), ctx), length, causal)
+    rows = torch.tensor([[4, 1, 2], [3, 4, 4]]) if truncated else None
+    blocks = PackedBlocks(context_visibility(torch.tensor([[0, 3, 5], [2, 2, 7]]), ctx), length, causal, rows)
     packed = packed_block_attention(q, *kv, blocks)
     dense = F.scaled_dot_product_attention(q, torch.cat(kv[0::2], 2), torch.cat(kv[1::2], 2), attn_mask=blocks.dense(), enable_gqa=True)
     torch.testing.assert_close(packed, dense, rtol=1e-5, atol=1e-6)

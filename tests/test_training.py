@@ -7,6 +7,7 @@ import torch
 
 from hf_jetspec import JetSpecDrafter
 from hf_jetspec.training import JetSpecTrainer, JetSpecTrainingArguments
+from hf_jetspec.training.blocks import sample_draft_lengths
 from hf_jetspec.training.corpus import CorpusCollator
 from hf_jetspec.training.labels import inherited_slots, ira_offsets
 from hf_jetspec.training.rollout import greedy_rollouts, rollout_attention_mask
@@ -65,6 +66,33 @@ def test_each_label_mode_trains(tmp_path, llama_target, labels):
     assert any("tau_est" in h for h in trainer.state.log_history)
     cpu = [h["cpu_hours"] for h in trainer.state.log_history if "cpu_hours" in h]
     assert len(cpu) >= 5 and all(a <= b for a, b in zip(cpu, cpu[1:])) and cpu[-1] > cpu[0] > 0
+
+
+def test_draft_lengths_for_truncated_blocks():
+    g = torch.Generator().manual_seed(0)
+    assert sample_draft_lengths(2, 3, 15, 0.0, g).tolist() == [[15] * 3] * 2
+    short = sample_draft_lengths(4, 1000, 15, 1.0, g)
+    assert short.min() == 1 and short.max() == 14  # every block shorter, every shorter length drawn
+    some = sample_draft_lengths(4, 1000, 15, 0.25, g)
+    assert abs((some < 15).float().mean().item() - 0.25) < 0.03
+
+
+def test_truncated_blocks_train_a_bidirectional_drafter_and_refuse_a_causal_one(tmp_path, llama_target):
+    torch.manual_seed(0)
+    args = JetSpecTrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=20, learning_rate=3e-3, report_to=[],
+        logging_steps=5, save_steps=1000, block_size=6, blocks_per_sequence=6, use_cpu=True, truncated_blocks=0.5,
+    )
+    drafter = JetSpecDrafter.for_target(llama_target, attention="bidirectional")
+    trainer = JetSpecTrainer(model=drafter, args=args, target=llama_target, train_dataset=corpus(), data_collator=CorpusCollator(0))
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
+    with pytest.raises(ValueError, match="causal drafter"):
+        JetSpecTrainer(model=JetSpecDrafter.for_target(llama_target), args=args, target=llama_target, train_dataset=corpus(),
+                       data_collator=CorpusCollator(0))
+    with pytest.raises(ValueError, match="share of blocks"):
+        JetSpecTrainingArguments(output_dir=str(tmp_path), truncated_blocks=1.5)
 
 
 def test_missing_target_is_an_error(tmp_path, llama_target):

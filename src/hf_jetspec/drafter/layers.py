@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .masks import PackedBlocks, inner_block_mask
+from .masks import PackedBlocks
 
 
 class RMSNorm(nn.Module):
@@ -192,7 +192,10 @@ def packed_block_attention(q, k_ctx, v_ctx, k_blk, v_blk, blocks: PackedBlocks) 
     q_blk = q.reshape(bsz, kv_heads, group, nb, length, dim)
     s_blk = (q_blk @ k_blk.reshape(bsz, kv_heads, 1, nb, length, dim).transpose(-1, -2)).float() * scale
     s_ctx = s_ctx.masked_fill(~blocks.ctx_visible.to(q.device)[:, None, None, :, None, :], float("-inf"))
-    s_blk = s_blk.masked_fill(~inner_block_mask(length, blocks.causal, q.device), float("-inf"))
+    inner = blocks.inner(q.device)
+    if inner.dim() == 4:  # truncated blocks: [B, nb, L, L] -> the scores' [B, kv, group, nb, L, L]
+        inner = inner[:, None, None]
+    s_blk = s_blk.masked_fill(~inner, float("-inf"))
     p = torch.softmax(torch.cat([s_ctx, s_blk], dim=-1), dim=-1).to(q.dtype)  # a row always sees itself
     out = (p[..., :ctx_len].reshape(bsz, kv_heads, group * rows, ctx_len) @ v_ctx).view(bsz, kv_heads, group, nb, length, dim)
     out = out + p[..., ctx_len:] @ v_blk.reshape(bsz, kv_heads, 1, nb, length, dim)

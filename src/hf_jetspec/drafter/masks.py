@@ -27,21 +27,35 @@ def context_visibility(anchor_positions: torch.Tensor, context_len: int) -> torc
     return ctx[None, None, :] < anchor_positions[:, :, None]
 
 
-def block_attention_mask(ctx_visible: torch.Tensor, block_len: int, causal: bool) -> torch.Tensor:
+def truncated_block_mask(block_len: int, causal: bool, rows: torch.Tensor) -> torch.Tensor:
+    """[B, nb, L, L]: :func:`inner_block_mask` for blocks of which only the first ``rows[b, n]`` rows
+    exist (a block drafted shorter than it was packed): no row sees a row past its block's end,
+    except itself, so that every row's softmax has a key (the rows past the end carry no loss)."""
+    device = rows.device
+    i = torch.arange(block_len, device=device)
+    inside = i[None, None, None, :] < rows[..., None, None]  # key j exists
+    return inner_block_mask(block_len, causal, device) & (inside | (i[:, None] == i[None, :]))
+
+
+def block_attention_mask(ctx_visible: torch.Tensor, block_len: int, causal: bool, rows: torch.Tensor | None = None) -> torch.Tensor:
     """Boolean attention mask of packed blocks against a shared context.
 
     ``ctx_visible`` [B, nb, C] says which context rows each block sees (see
     :func:`context_visibility`); inside itself a block sees the positions up to its own
-    (``causal``) or the whole block (bidirectional). Blocks never see each other.
+    (``causal``) or the whole block (bidirectional). Blocks never see each other. ``rows`` [B, nb]
+    truncates blocks (:func:`truncated_block_mask`).
     Returns [B, 1, nb * block_len, C + nb * block_len].
     """
     bsz, nb, context_len = ctx_visible.shape
     device = ctx_visible.device
     ctx = ctx_visible[:, :, None, :].expand(bsz, nb, block_len, context_len)
-    inner = inner_block_mask(block_len, causal, device)
+    if rows is None:
+        inner = inner_block_mask(block_len, causal, device)[None, None].expand(bsz, nb, block_len, block_len)
+    else:
+        inner = truncated_block_mask(block_len, causal, rows.to(device))
     same_block = torch.eye(nb, dtype=torch.bool, device=device)
-    blk = same_block[:, None, :, None] & inner[None, :, None, :]  # [nb, L, nb, L]
-    blk = blk.reshape(nb, block_len, nb * block_len)[None].expand(bsz, nb, block_len, nb * block_len)
+    blk = same_block[None, :, None, :, None] & inner[:, :, :, None, :]  # [B, nb, L, nb, L]
+    blk = blk.reshape(bsz, nb, block_len, nb * block_len)
     mask = torch.cat([ctx, blk], dim=-1)
     return mask.reshape(bsz, 1, nb * block_len, context_len + nb * block_len)
 
@@ -54,15 +68,24 @@ class PackedBlocks:
 
     :func:`~hf_jetspec.drafter.layers.packed_block_attention` attends under it without the
     ``[nb * L, C + nb * L]`` dense mask, whose block-to-block part is almost all False;
-    :meth:`dense` is that mask (:func:`block_attention_mask`).
+    :meth:`dense` is that mask (:func:`block_attention_mask`). ``rows`` [B, nb], where given, says
+    how many of each block's rows exist (:func:`truncated_block_mask`): the training view of blocks
+    drafted shorter than ``block_len``.
     """
 
     ctx_visible: torch.Tensor
     block_len: int
     causal: bool
+    rows: torch.Tensor | None = None
 
     def dense(self) -> torch.Tensor:
-        return block_attention_mask(self.ctx_visible, self.block_len, self.causal)
+        return block_attention_mask(self.ctx_visible, self.block_len, self.causal, self.rows)
+
+    def inner(self, device) -> torch.Tensor:
+        """The in-block mask: [L, L], or [B, nb, L, L] for truncated blocks."""
+        if self.rows is None:
+            return inner_block_mask(self.block_len, self.causal, device)
+        return truncated_block_mask(self.block_len, self.causal, self.rows.to(device))
 
 
 def context_block_mask(batch_size: int, length: int, context_len: int, extra_visible: torch.Tensor | None, causal: bool, device) -> torch.Tensor:

@@ -512,6 +512,7 @@ class JetSpecDrafter(PreTrainedModel):
         context_positions: torch.Tensor | None = None,
         context_visible: torch.Tensor | None = None,
         return_hidden_states: bool = False,
+        draft_lengths: torch.Tensor | None = None,
     ) -> JetSpecDrafterOutput:
         """Draft many blocks of one sequence batch in one pass (the training view).
 
@@ -527,6 +528,11 @@ class JetSpecDrafter(PreTrainedModel):
             context_visible: [B, nb, C] which context rows each block sees (default: the rows at
                 positions before its anchor). Lets blocks read extra rows, e.g. the states of a
                 target rollout for in-rollout anchors.
+            draft_lengths: [B, nb] how many tokens each block drafts (default all ``gamma``): a block
+                drafting ``k`` has only the rows that drafting ``k`` tokens at inference has (the
+                anchor and ``k`` mask rows for ``row_predicts="self"``), so a bidirectional drafter
+                learns the blocks a server such as vLLM gives it at ``num_speculative_tokens = k``.
+                Its outputs from slot ``k`` on are not meaningful (give them no loss).
         Returns:
             :class:`JetSpecDrafterOutput` with logits [B, nb, gamma, V_draft]; output i of a block
             predicts the token at block index i + 1.
@@ -546,7 +552,8 @@ class JetSpecDrafter(PreTrainedModel):
         x = self.embed_block(block_input_ids.reshape(bsz, nb * gamma), None if noise_mask is None else noise_mask.reshape(bsz, nb * gamma))
         positions = (anchor_positions[:, :, None] + torch.arange(gamma, device=anchor_positions.device)).reshape(bsz, nb * gamma)
         cos, sin = self._rotary(positions.to(self.device))
-        mask = PackedBlocks(context_visible.to(self.device), gamma, self.config.attention == "causal")
+        rows = None if draft_lengths is None else (draft_lengths.to(self.device).clamp(min=1) + skip)
+        mask = PackedBlocks(context_visible.to(self.device), gamma, self.config.attention == "causal", rows)
         if self.config.sliding_window is not None:
             keys = torch.cat([context_positions.to(self.device), positions.to(self.device)], dim=1)
             mask = mask.dense() & sliding_window_mask(positions.to(self.device), keys, self.config.sliding_window)

@@ -32,6 +32,17 @@ def slot_weights(gamma: int, decay: float | None) -> torch.Tensor:
     return torch.exp(-(k - 1) / decay)
 
 
+def sample_draft_lengths(batch: int, num_blocks: int, gamma: int, share: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Draft lengths [B, num_blocks]: ``gamma`` (the whole block) for most blocks, and for a ``share``
+    of them a shorter length drawn uniformly from ``1 .. gamma - 1`` (a server drafting that many)."""
+    full = torch.full((batch, num_blocks), gamma, dtype=torch.long)
+    if share <= 0 or gamma < 2:
+        return full
+    short = torch.rand(batch, num_blocks, generator=generator) < share
+    k = torch.randint(1, gamma, (batch, num_blocks), generator=generator)
+    return torch.where(short, k, full)
+
+
 def sample_anchor_positions(
     starts: torch.Tensor, ends: torch.Tensor, num_blocks: int, gamma: int, generator: torch.Generator | None = None
 ) -> torch.Tensor:

@@ -29,6 +29,11 @@ class JetSpecTrainingArguments(TrainingArguments):
     slot_decay: float | None = field(default=7.0, metadata={"help": "Decay envelope w_k = exp(-(k-1)/slot_decay); None for flat weights."})
     rollout_depth: int | None = field(default=None, metadata={"help": "ALR greedy rollout depth R (default K-1, supervising every slot)."})
     ira_fraction: float = field(default=0.5, metadata={"help": "Share of blocks relocated inside rollouts under alr+ira."})
+    truncated_blocks: float = field(
+        default=0.0,
+        metadata={"help": "Share of blocks drafted at a shorter length k (uniform over 1..block_size - 2), seen as a server drafting "
+                          "k tokens builds them (a bidirectional drafter's rows see only the rows that exist); slots past k get no loss."},
+    )
     noise_seed: int = field(default=0, metadata={"help": "Seed of anchor / noise sampling."})
     remove_unused_columns: bool = field(default=False)
 
@@ -40,3 +45,5 @@ class JetSpecTrainingArguments(TrainingArguments):
             raise ValueError(f"block_inputs must be one of {BLOCK_INPUTS}, got {self.block_inputs!r}")
         if self.block_size < 2:
             raise ValueError("block_size must be >= 2")
+        if not 0.0 <= self.truncated_blocks <= 1.0:
+            raise ValueError(f"truncated_blocks is a share of blocks, in [0, 1], got {self.truncated_blocks}")

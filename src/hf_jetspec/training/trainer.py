@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .base import FrozenTargetTrainer
-from .blocks import clean_prefix_schedule, leading_matches, noisy_block_inputs, sample_anchor_positions, slot_weights
+from .blocks import clean_prefix_schedule, leading_matches, noisy_block_inputs, sample_anchor_positions, sample_draft_lengths, slot_weights
 from .config import JetSpecTrainingArguments
 from .labels import inherited_slots, ira_offsets, survival_gate
 from .rollout import greedy_rollouts
@@ -33,6 +33,10 @@ class JetSpecTrainer(FrozenTargetTrainer):
             info.check_drafter(model)
             if args.labels in ("alr", "alr+ira"):
                 raise ValueError(f"labels={args.labels!r} need the target's greedy rollouts, which a feature cache does not hold: train them online")
+        drafter = model.module if hasattr(model, "module") else model
+        if args.truncated_blocks > 0 and drafter.config.attention == "causal":
+            raise ValueError("truncated_blocks trains a bidirectional drafter for shorter drafts; a causal drafter's rows never see "
+                             "the rows after them, so its short drafts are its long drafts' first rows already")
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         args: JetSpecTrainingArguments = self.args
@@ -75,6 +79,10 @@ class JetSpecTrainer(FrozenTargetTrainer):
         else:
             blocks = self._corpus_blocks(labels_at, next_logprob, states, cpu_ids, anchors, valid, gamma, w_slot, args.labels)
         block_ids, noise_mask = noisy_block_inputs(blocks["true"], cpu_ids, blocks["noise_limits"], clean, self._noise)
+        lengths = None
+        if args.truncated_blocks > 0:  # a share of blocks drafted shorter: their slots past k carry no loss
+            lengths = sample_draft_lengths(ids.shape[0], block_ids.shape[1], gamma, args.truncated_blocks, self._noise)
+            blocks["weights"] = blocks["weights"] * (torch.arange(gamma) < lengths[..., None]).to(blocks["weights"].device)
 
         fwd = model(
             context_states=blocks["context"].to(drafter.device),
@@ -83,6 +91,7 @@ class JetSpecTrainer(FrozenTargetTrainer):
             noise_mask=noise_mask.to(drafter.device),
             context_positions=None if blocks["context_positions"] is None else blocks["context_positions"].to(drafter.device),
             context_visible=None if blocks["context_visible"] is None else blocks["context_visible"].to(drafter.device),
+            draft_lengths=None if lengths is None else lengths.to(drafter.device),
         )
         draft_logits = fwd.logits
         label_logits = blocks["labels"]
@@ -95,6 +104,8 @@ class JetSpecTrainer(FrozenTargetTrainer):
 
         with torch.no_grad():
             noised = (clean[:n_primary] == 0)[None, :].expand(ids.shape[0], n_primary) & valid
+            if lengths is not None:  # the metrics read whole blocks
+                noised = noised & (lengths[:, :n_primary] == gamma)
             if noised.any():  # only the fully noised blocks' argmaxes are needed
                 rows = noised.to(draft_logits.device)
                 agree = (draft_logits[:, :n_primary][rows].argmax(-1) == label_argmax(label_logits[:, :n_primary][rows])).long()
