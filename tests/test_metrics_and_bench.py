@@ -179,6 +179,11 @@ def test_acceptance_on_items_restores_options(trained_llama):
     r = acceptance_on_items(target, drafter, items, 24, refs, num_jacobi_passes=2, budget=8)
     assert r["exact"] and r["tau"] > 1.0 and r["rounds"] > 0
     assert set(refs) == {"0", "1"}  # AR references cached for the next call
+    # every round reaches position 1 but an item's last, which may have no room left to draft; tau is one plus the
+    # accepted positions per round (budget 8: 7 drafted positions)
+    pos = r["position_acceptance"]
+    assert len(pos) == 7 and r["rounds"] - len(items) <= pos[0][0] <= r["rounds"] and all(a <= n for n, a in pos)
+    assert 1 + sum(a for _, a in pos) / r["rounds"] == pytest.approx(r["tau"], abs=0.05)
     assert drafter.drafting_config == before
 
 

@@ -127,7 +127,10 @@ def batch_size_schedule(profile, costs_by_concurrency: dict, draft_cost: float =
     each measured batch size its own length, batch sizes below the smallest measured one that
     one's, batch sizes between two measured ones the shorter of their two lengths (their costs are
     not measured, and a draft that pays at the larger batch pays at the smaller one too), and
-    batch sizes above the largest measured one its length. Returns inclusive
+    batch sizes above the largest measured one its length. ``0`` is priced at ``c(0)``, the plain
+    step; vLLM 0.32's ``dflash`` method still runs the drafter's forward at 0 draft tokens, so there
+    the real step costs more (measured: ``docs/reports/2026-12-04-short-drafts-and-a-batch-schedule-in-vllm.md``).
+    Returns inclusive
     ``(first, last, k)`` ranges from batch size 1, neighbours with the same ``k`` merged."""
     if not costs_by_concurrency:
         raise ValueError("costs_by_concurrency needs the step costs of at least one concurrency")
@@ -323,7 +326,10 @@ def export_for_vllm(drafter, output: str | os.PathLike, dtype: torch.dtype | str
                     f"the length with the most expected committed tokens per second under the drafter's measured acceptance per "
                     f"position and vLLM's step costs measured there (`jetspec_export.json` keeps both); a batch size between two "
                     f"measured ones takes the shorter of their lengths. vLLM 0.32 reads the schedule from "
-                    f"`num_speculative_tokens_per_batch_size`.")
+                    f"`num_speculative_tokens_per_batch_size`. A range of 0 draft tokens still runs the drafter's forward "
+                    f"every step in vLLM 0.32's `dflash` method (it keeps the drafter's context current), so it costs "
+                    f"more than vLLM without speculation: where the schedule says 0, serving without speculation is "
+                    f"faster still.")
     spec = speculative_config(str(out), drafter.config, k, schedule=schedule)
     card = CARD.format(
         name=out.name, target=target, source=source or "a JetSpecDrafter", layers=list(drafter.config.target_layer_ids),

@@ -13,6 +13,9 @@ def acceptance_on_items(target, drafter, items, max_new_tokens: int, references:
     a drafter's saved options may ask for tree rounds, which commit more per round from the same
     weights and so are not what "the drafter alone" measures.
 
+    ``position_acceptance``: per draft position, ``[reached, accepted]`` summed over the items
+    (:meth:`~hf_jetspec.generation.stats.GenerationStats.position_acceptance`; chain rounds).
+
     ``divergent`` lists every item whose output differs from the target's own (bf16 near-ties):
     ``{"item", "reference", "output"}`` with the generated token ids of each, for
     :func:`hf_jetspec.tools.numerics.score_item_divergences` to score in fp32.
@@ -22,6 +25,7 @@ def acceptance_on_items(target, drafter, items, max_new_tokens: int, references:
     drafter.drafting_config = saved.replace(**({"tree": None} | options))
     committed = rounds = 0
     divergent = []
+    positions: list[list[int]] = []  # per draft position: [reached, accepted], summed over the items
     try:
         for item_id, ids in items:
             mask = torch.ones_like(ids)
@@ -35,6 +39,12 @@ def acceptance_on_items(target, drafter, items, max_new_tokens: int, references:
                 divergent.append({"item": item_id, "reference": ref[0, n:].tolist(), "output": out[0, n:].tolist()})
             committed += drafter.generation_stats.committed_tokens
             rounds += drafter.generation_stats.rounds
+            for i, (reached, accepted) in enumerate(drafter.generation_stats.position_acceptance()):
+                if i == len(positions):
+                    positions.append([0, 0])
+                positions[i][0] += reached
+                positions[i][1] += accepted
     finally:
         drafter.drafting_config = saved
-    return {"tau": committed / max(rounds, 1), "rounds": rounds, "exact": not divergent, "divergent": divergent}
+    return {"tau": committed / max(rounds, 1), "rounds": rounds, "exact": not divergent, "divergent": divergent,
+            "position_acceptance": positions}
