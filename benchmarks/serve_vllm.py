@@ -60,7 +60,7 @@ from hf_jetspec import JetSpecDrafter, load_target
 from hf_jetspec.tools.bench import build_items, dump_json
 from hf_jetspec.data import load_eval_prompts
 from hf_jetspec.interop.vllm import (VllmServer, batch_size_schedule, export_for_vllm, num_speculative_tokens, speculative_config,
-                                     vllm_command)
+                                     sweep_step_costs, vllm_command)
 
 
 # ------------------------------------------------------------------------------------------ server
@@ -368,9 +368,8 @@ def main() -> None:
     if args.schedule_from is not None:
         if args.num_speculative_tokens is not None:
             raise SystemExit("--schedule-from and --num-speculative-tokens both set the draft length: give one")
-        sweep = json.loads(Path(args.schedule_from).read_text())["step_cost_sweep"]
-        profile = sweep["methods"]["vllm"]["position_acceptance"]["all"]
-        schedule = batch_size_schedule(profile, {int(c): [x / 1000 for x in v["step_costs_ms"]] for c, v in sweep["by_concurrency"].items()},
+        earlier = json.loads(Path(args.schedule_from).read_text())
+        schedule = batch_size_schedule(earlier["methods"]["vllm"]["position_acceptance"]["all"], sweep_step_costs(earlier),
                                        max_tokens=num_speculative_tokens(drafter.config))
         print("batch-size schedule:", schedule, flush=True)
     spec = speculative_config(exported.folder, drafter.config, k=args.num_speculative_tokens, schedule=schedule)
@@ -411,8 +410,7 @@ def main() -> None:
         sweep["export_command"] = (f"hf-jetspec export-vllm --drafter {args.drafter} --output DRAFTER-VLLM --acceptance {args.output}:vllm "
                                    f"--step-costs-ms {','.join(str(x) for x in first['step_costs_ms'])}")
         sweep["batch_size_schedule"] = [list(r) for r in batch_size_schedule(
-            sweep["methods"]["vllm"]["position_acceptance"]["all"],
-            {int(c): [x / 1000 for x in v["step_costs_ms"]] for c, v in sweep["by_concurrency"].items()})]
+            sweep["methods"]["vllm"]["position_acceptance"]["all"], sweep_step_costs({"step_cost_sweep": sweep}))]
         sweep["schedule_export_command"] = (f"hf-jetspec export-vllm --drafter {args.drafter} --output DRAFTER-VLLM "
                                             f"--acceptance {args.output}:vllm --step-costs-from {args.output}")
         result["step_cost_sweep"] = sweep

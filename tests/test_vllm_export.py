@@ -174,6 +174,10 @@ def test_cli_reads_the_schedules_costs_from_a_sweep_result(target, tmp_path):
     proc = subprocess.run([*cli, "--output", str(tmp_path / "out2"), "--step-costs-from", str(tmp_path / "sweep.json"),
                            "--step-costs-ms", "10,11"], capture_output=True, text=True)
     assert proc.returncode == 2 and "give one" in proc.stderr
+    (tmp_path / "nosweep.json").write_text(json.dumps({"methods": sweep["methods"]}))
+    proc = subprocess.run([*cli, "--output", str(tmp_path / "out3"), "--step-costs-from", str(tmp_path / "nosweep.json")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "no step-cost sweep" in proc.stderr
 
 
 def test_export_writes_the_chosen_length_and_why(target, tmp_path):

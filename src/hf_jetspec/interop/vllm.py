@@ -154,6 +154,15 @@ def batch_size_schedule(profile, costs_by_concurrency: dict, draft_cost: float =
     return merged
 
 
+def sweep_step_costs(result: dict) -> dict[int, list[float]]:
+    """The step costs (seconds) per concurrency of a ``benchmarks/serve_vllm.py`` result's length sweep
+    (``step_cost_sweep.by_concurrency[c].step_costs_ms``), as :func:`batch_size_schedule` takes them."""
+    levels = (result.get("step_cost_sweep") or {}).get("by_concurrency")
+    if not levels:
+        raise ValueError("the result holds no step-cost sweep (run benchmarks/serve_vllm.py with --step-cost-lengths)")
+    return {int(c): [float(x) / 1000 for x in v["step_costs_ms"]] for c, v in levels.items()}
+
+
 def speculative_config(folder: str, config: JetSpecDrafterConfig, k: int | None = None,
                        schedule: list[tuple[int, int, int]] | None = None) -> dict:
     """vLLM's ``speculative_config`` for an exported folder (``k``: the draft length; default the longest).

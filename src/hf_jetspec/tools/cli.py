@@ -217,7 +217,7 @@ def cmd_calibrate_policy(args) -> int:
 def cmd_export_vllm(args) -> int:
     import torch
 
-    from ..interop.vllm import export_for_vllm, require_servable
+    from ..interop.vllm import export_for_vllm, require_servable, sweep_step_costs
     from ..drafter.modeling_drafter import JetSpecDrafter
 
     drafter = JetSpecDrafter.from_pretrained(args.drafter, dtype=torch.float32)
@@ -271,12 +271,12 @@ def cmd_export_vllm(args) -> int:
             costs = [float(x) / 1000 for x in args.step_costs_ms.split(",")]
         else:
             with open(args.step_costs_from) as f:
-                levels = (json.load(f).get("step_cost_sweep") or {}).get("by_concurrency")
-            if not levels:
-                print(f"error: {args.step_costs_from} holds no step-cost sweep (run benchmarks/serve_vllm.py with "
-                      "--step-cost-lengths)", file=sys.stderr)
+                sweep = json.load(f)
+            try:
+                costs = sweep_step_costs(sweep)
+            except ValueError as err:
+                print(f"error: {args.step_costs_from}: {err}", file=sys.stderr)
                 return 2
-            costs = {int(c): [float(x) / 1000 for x in v["step_costs_ms"]] for c, v in levels.items()}
     try:
         record = export_for_vllm(drafter, args.output, dtype=args.dtype, target=serve_target, source=args.drafter,
                                  acceptance=acceptance, step_costs=costs, draft_cost=args.draft_cost_ms / 1000)
