@@ -118,6 +118,24 @@ def test_num_speculative_tokens_is_chosen_from_acceptance_and_vllm_costs_on_hand
         choose_num_speculative_tokens([(0, 0)], costs)
 
 
+def test_offline_engine_step_times_on_hand_numbers():
+    """benchmarks/vllm_offline_steps.py: plain, 512 tokens in 2 s at concurrency 4 -> 512 steps per request,
+    2 s x 4 / 512 = 15.625 ms a step; with drafts, 4 requests, 380 drafts, 95 accepted in 4 s -> 384 steps,
+    4 s x 4 / 384 = 41.667 ms a step, 1.25 tokens a step, position 1 accepted 0.25."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "vllm_offline_steps.py"
+    spec = importlib.util.spec_from_file_location("vllm_offline_steps", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # stdlib only at import: the serving environment runs it without the project
+    plain = module.step_summary({"tokens": 512, "wall_s": 2.0, "requests": 4, "counters": {}}, 4, speculative=False)
+    assert plain == {"tokens_per_s": 256.0, "request_steps": 512, "step_ms": pytest.approx(15.625)}
+    run = {"tokens": 512, "wall_s": 4.0, "requests": 4, "counters": {"drafts": 380, "accepted_tokens": 95, "accepted_tokens_per_pos": [95]}}
+    drafted = module.step_summary(run, 4, speculative=True)
+    assert drafted["request_steps"] == 384 and drafted["step_ms"] == pytest.approx(41.6667, abs=1e-3)
+    assert drafted["mean_accepted_length"] == pytest.approx(1.25) and drafted["position_acceptance"] == [0.25]
+
+
 # acceptance 0.8, 0.5, 0.5: E(k) = 1, 1.8, 2.2, 2.4 tokens. Step costs (ms) for k = 0..3 at three concurrencies:
 # 10, 11, 12, 13 -> 0.100, 0.164, 0.183, 0.185 tokens/ms: k = 3
 # 10, 12, 16, 20 -> 0.100, 0.150, 0.138, 0.120: k = 1
