@@ -6,8 +6,7 @@
 
 ``benchmarks/serve_vllm.py`` prices draft lengths on ``vllm serve``, where the OpenAI server's
 process shares the two cores with the engine. This script runs vLLM's offline engine
-(``vllm.LLM``, one process; ``--multiprocessing`` puts the engine core in its own process, vLLM's
-default) and isolates what the engine itself spends. It runs in the project's environment: it
+(``vllm.LLM`` with its engine in the same process) and isolates what the engine itself spends. It runs in the project's environment: it
 saves the target as a folder, exports the drafter (:func:`hf_jetspec.interop.vllm.export_for_vllm`),
 then starts itself under the serving environment's Python once per engine (plain, then each
 length), ``--repeats`` times in turn, so that every ratio is taken between neighbouring runs.
@@ -99,7 +98,6 @@ def main(argv=None) -> None:
     ap.add_argument("--ngram", default='{"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}',
                     help="vLLM's n-gram proposer, timed beside (its steps are not counted: it drafts only where it finds a match); '' skips it")
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--multiprocessing", action="store_true", help="the engine core in its own process (vLLM's default offline)")
     ap.add_argument("--kv-cache-gib", type=int, default=4)
     ap.add_argument("--venv", default=".venv-vllm")
     ap.add_argument("--work-dir", default="runs/vllm-offline")
@@ -133,7 +131,7 @@ def main(argv=None) -> None:
     prompts = [ids[0].tolist() for _, ids in items]
     # the serving environment as vllm serve gets it (OpenMP runtime, KV cache size, no usage statistics)
     _, env = vllm_command(VllmServer(model=str(target_dir), venv=args.venv, kv_cache_gib=args.kv_cache_gib))
-    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if args.multiprocessing else "0"
+    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in the worker's own process: no second process on the cores
     python = str(Path(args.venv) / "bin" / "python")
     lengths = [int(k) for k in args.lengths.split(",")]
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -147,7 +145,7 @@ def main(argv=None) -> None:
                    "prompts": prompts, "concurrency": levels, "rounds": args.rounds, "max_new_tokens": args.max_new_tokens}
             job_path, log = work / "job.json", work / f"engine-{name}-r{repeat}.log"
             job_path.write_text(json.dumps(job))
-            for attempt in range(2):  # this vLLM build now and then crashes loading its compile cache: one more start
+            for _ in range(2):  # this vLLM build now and then crashes loading its compile cache: one more start
                 with open(log, "w") as f:
                     proc = subprocess.run([python, __file__, "--worker", str(job_path)], env=env, stdout=subprocess.PIPE, stderr=f, text=True)
                 line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
@@ -177,7 +175,7 @@ def main(argv=None) -> None:
     result = {"command": shlex.join(["python", "benchmarks/vllm_offline_steps.py", *(argv if argv is not None else sys.argv[1:])]),
               "target": args.target, "drafter": args.drafter, "export": exported.__dict__, "prompts": args.prompts, "limit": args.limit,
               "max_new_tokens": args.max_new_tokens, "rounds": args.rounds, "repeats": args.repeats, "dtype": args.dtype,
-              "multiprocessing": args.multiprocessing, "environment": describe_environment(torch.device("cpu")), "by_concurrency": by_level}
+              "environment": describe_environment(torch.device("cpu")), "by_concurrency": by_level}
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(dump_json(result))
     print(json.dumps(by_level, indent=1))
