@@ -10,11 +10,26 @@ forwards write the feature cache that ``examples/train_drafter.py --feature-cach
 (read-layer states, top-k log-probabilities): no second target pass. Shards are written as they
 fill; rerun with --resume to continue an interrupted run. ``regeneration.json`` records the target,
 dtype, sources and counts, prompt hashes and throughput. --device cuda runs it on a GPU unchanged.
+
+With --answers the run keeps the answers' token ids alone, as the committed, Hub-ready corpus that
+``examples/train_drafter.py --answers DIR`` trains on (the target's features are recomputed in the
+training loop): brotli parquet shards of --shard-sequences rows with a manifest and a dataset card.
+It always resumes after the shards already in --output, and --git-commit commits each shard (with
+the manifest and card) as it is written, so a campaign survives its machine:
+
+    python examples/regenerate.py --answers --target smollm2-135m --sources sharegpt,code,sharegpt-turns \
+        --num-prompts 30000 --max-prompt-tokens 256 --max-new-tokens 256 --batch-size 32 --sampled-share 0.2 \
+        --temperature 0.7 --shard-sequences 512 --dtype bfloat16 --output hub_cards/jetspec-smollm2-135m-answers --git-commit
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
 
 from hf_jetspec import load_target
 from hf_jetspec.tools.environment import describe_environment
@@ -42,8 +57,16 @@ def main() -> None:
     ap.add_argument("--states-storage", default="auto", choices=["auto", "float16", "bfloat16", "float8_e4m3fn"],
                     help="how read-layer states are stored (auto: the target's 16-bit dtype); float8_e4m3fn halves the disk, scaled per layer")
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--answers", action="store_true", help="keep the answers' token ids alone, as a committed parquet corpus (no features)")
+    ap.add_argument("--git-commit", action="store_true", help="with --answers: commit each shard, its manifest and card as written")
+    ap.add_argument("--prompt-cache", default="runs/answer-prompts", help="with --answers: where the prompt selection is kept")
+    ap.add_argument("--hours", type=float, default=None, help="stop starting batches after this many hours (the shards stay whole)")
     ap.add_argument("--output", required=True)
     args = ap.parse_args()
+    if args.git_commit and not args.answers:
+        ap.error("--git-commit commits answer shards: add --answers")
+    if args.answers:
+        return answers(args)
 
     kwargs = {"device": args.device} if args.device else {}
     target, tokenizer = load_target(args.target, dtype=args.dtype, **kwargs)
@@ -60,6 +83,49 @@ def main() -> None:
                           machine=machine)
     print(f"{manifest.num_sequences} sequences ({manifest.greedy} greedy, {manifest.sampled} sampled), {manifest.generated_tokens} "
           f"generated tokens at {manifest.tokens_per_s:.1f} tok/s, in {args.output}")
+
+
+def git_commit(folder: str):
+    """Commit a shard with the corpus's manifest and card, and nothing else that is staged (retried
+    while another git command holds the index)."""
+    from hf_jetspec.training.answer_corpus import CARD, MANIFEST
+
+    def commit(path: str) -> None:
+        files = [path, os.path.join(folder, MANIFEST), os.path.join(folder, CARD)]
+        message = f"Answer corpus: {os.path.basename(path)}"
+        for _ in range(30):
+            added = subprocess.run(["git", "add", "--", *files], capture_output=True)
+            if added.returncode == 0 and subprocess.run(["git", "commit", "-q", "-m", message, "--", *files],
+                                                        capture_output=True).returncode == 0:
+                return
+            time.sleep(5)
+        print(f"warning: could not commit {path}; commit it by hand", file=sys.stderr)
+
+    return commit
+
+
+def answers(args) -> None:
+    from hf_jetspec.tools.targets import resolve_embedded
+    from hf_jetspec.training.answer_corpus import regenerate_answers, revision_string
+
+    kwargs = {"device": args.device} if args.device else {}
+    target, tokenizer = load_target(args.target, dtype=args.dtype, **kwargs)
+    embedded = resolve_embedded(args.target)
+    revision = revision_string(embedded.hub_id, embedded.gguf_name) if embedded else str(getattr(target, "name_or_path", args.target))
+    config = RegenerationConfig(
+        sources=tuple(s.strip() for s in args.sources.split(",")), num_prompts=args.num_prompts, max_prompt_tokens=args.max_prompt_tokens,
+        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, sampled_share=args.sampled_share, temperature=args.temperature,
+        seed=args.seed, shard_sequences=args.shard_sequences,
+    )
+    env = describe_environment(target.device)
+    machine = {k: env[k] for k in ("cpu", "threads", "native_bf16", "torch", "transformers", "date") if k in env}
+    command = "python examples/regenerate.py " + " ".join(shlex.quote(a) for a in sys.argv[1:] if a != "--resume")
+    deadline = time.perf_counter() + args.hours * 3600 if args.hours else None
+    manifest = regenerate_answers(target, tokenizer, args.output, config, embedded.name if embedded else args.target, revision,
+                                  prompt_cache=args.prompt_cache, deadline=deadline, machine=machine, command=command,
+                                  on_shard=git_commit(args.output) if args.git_commit else None)
+    print(f"{manifest.rows} answers ({manifest.greedy} greedy, {manifest.sampled} sampled), {manifest.answer_tokens} answer tokens, "
+          f"{manifest.bytes / 1e6:.2f} MB, {manifest.cpu_seconds / 3600:.2f} CPU-hours, in {args.output}")
 
 
 if __name__ == "__main__":

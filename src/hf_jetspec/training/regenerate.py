@@ -263,14 +263,16 @@ def _record(row: dict, states: torch.Tensor, logp: torch.Tensor, values: torch.T
 @torch.no_grad()
 def generate_with_features(target, prompts: list[list[int]], sampled: list[bool], layer_ids: list[int], max_new_tokens: int,
                            top_k: int, temperature: float, eos_ids: set[int], pad_id: int, states_dtype: torch.dtype,
-                           drop_finished: bool = True) -> list[dict]:
+                           drop_finished: bool = True, features: bool = True) -> list[dict]:
     """Answer a batch of prompts (left padding, one cache) and return, per prompt, the feature-cache
     item of prompt + answer: ``input_ids``, ``response_start``, ``states`` [T, n*H], ``topk_ids`` /
     ``topk_logprobs`` [T, k] and ``next_logprob`` [T] (the last token's own, as the cache builder
     stores it), all from the generation forwards themselves. A row stops after its EOS token and
     leaves the batch (its cache rows with it), and the left padding no remaining row needs is cut, so a
     batch's tail costs what its live rows need (``drop_finished=False``: finished rows are fed padding
-    to the end, kept to measure the difference)."""
+    to the end, kept to measure the difference). ``features=False`` asks the forwards for no hidden
+    states and records nothing but the tokens: the items hold ``input_ids`` and ``response_start``
+    (what an answer corpus keeps, :mod:`.answer_corpus`)."""
     device = target.device
     bsz, width = len(prompts), max(len(p) for p in prompts)
     ids = torch.full((bsz, width), pad_id, dtype=torch.long)
@@ -280,11 +282,13 @@ def generate_with_features(target, prompts: list[list[int]], sampled: list[bool]
         mask[j, width - len(p):] = 1
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    hidden = [i + 1 for i in layer_ids]
+    hidden = [i + 1 for i in layer_ids] if features else False
     rows = [{"tokens": list(p), "states": [], "topk_ids": [], "topk_lp": [], "next_lp": []} for p in prompts]
     sample_rows = torch.tensor(sampled, device=device)
     done = torch.zeros(bsz, dtype=torch.bool, device=device)
-    out = target(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, output_hidden_states=hidden)
+    # without features only the prompt's last logits are read: the head runs on one column, not the whole prompt
+    out = target(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, output_hidden_states=hidden,
+                 **({} if features else {"logits_to_keep": 1}))
     cache = out.cache
     live = list(range(bsz))  # the prompt each batch row answers: finished rows leave the batch
     fed: list[bool] = []  # per batch row: fed a real token by the last decode forward
@@ -297,7 +301,9 @@ def generate_with_features(target, prompts: list[list[int]], sampled: list[bool]
         final = step == max_new_tokens
         # the sequence's last token (after its EOS, or at the length limit) is followed by itself, as the cache builder stores it
         ends = [row_done or final for row_done in done.tolist()]
-        if step == 0:  # the prompt's forward: one row at a time, [n, V] rather than [B, n, V]
+        if not features:
+            pass
+        elif step == 0:  # the prompt's forward: one row at a time, [n, V] rather than [B, n, V]
             states = torch.cat([out.hidden_states[h] for h in hidden], dim=-1)
             for j, row in enumerate(rows):
                 logp = torch.log_softmax(out.logits[j, width - len(prompts[j]):].float(), dim=-1)
@@ -341,6 +347,9 @@ def generate_with_features(target, prompts: list[list[int]], sampled: list[bool]
     items = []
     for p, row in zip(prompts, rows):
         n = len(row["tokens"])
+        if not features:
+            items.append({"input_ids": torch.tensor(row["tokens"], dtype=torch.long), "response_start": torch.tensor([len(p)])})
+            continue
         items.append({
             "input_ids": torch.tensor(row["tokens"], dtype=torch.long),
             "response_start": torch.tensor([len(p)]),
