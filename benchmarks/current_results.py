@@ -3,6 +3,9 @@
     python benchmarks/current_results.py            # rewrite the page at the top of benchmarks/README.md
     python benchmarks/current_results.py --check    # fail if the page is not what the files say
 
+The same run rewrites the headline table of the project's front page (``README.md``), a few rows
+of the same files (``HEADLINE``), and ``--check`` checks both.
+
 ``CURRENT`` lists, per table, the result files that describe what a user gets today (the shipped
 drafters with their shipped defaults). When a run replaces one, change its entry here and rerun;
 the dated reports below the page keep the history. Every row gives the command that reproduces it,
@@ -78,6 +81,19 @@ STREAMS = [
         ("GPQA-Diamond (60)", "online_alone_smollm2_gpqa.json", None),
     ]),
 ]
+
+# the front page's rows: (target, prompts, result file, our method), each one of CURRENT's runs
+HEADLINE = [
+    ("SmolLM2-135M", "GSM8K (10)", "smollm2_v3_vs_v2_gsm8k_bfloat16.json", "jetspec"),
+    ("SmolLM2-135M", "HumanEval (10)", "smollm2_v3_vs_v2_humaneval_bfloat16.json", "jetspec"),
+    ("SmolLM2-135M", "MT-Bench (5, both turns)", "smollm2_v3_vs_v2_mt-bench_bfloat16.json", "jetspec"),
+    ("SmolLM2-135M, T = 0.7", "MT-Bench (20)", "sampling_smollm2_mt-bench_t0.7_lazy_20.json", "jetspec"),
+    ("Qwen2.5-Coder-1.5B", "HumanEval (10)", "qwen15_shipped_humaneval_bf16.json", "jetspec-tree-policy"),
+    ("Qwen2.5-Coder-1.5B", "MT-Bench coding + reasoning (5)", "qwen15_shipped_mt-bench-code-reasoning_bf16.json", "jetspec-tree-policy"),
+    ("Gemma-3-270M, no drafter", "continuations (30)", "drafter_free_gemma3_continuation_30.json", "drafter-free"),
+]
+FRONT_PAGE = HERE.parent / "README.md"
+HEAD_START, HEAD_END = "<!-- headline:start -->", "<!-- headline:end -->"
 
 CHAIN = "jetspec-chain"  # the same drafter with chain rounds, where the run measured it
 
@@ -195,6 +211,29 @@ def page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def headline() -> str:
+    """The front page's table: bf16 on two CPU cores, each row's peers from the same interleaved run."""
+    lines = [HEAD_START,
+             "| target | prompts | plain tok/s | hf_jetspec | prompt lookup | assisted | output vs plain | machine, date |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for target, label, name, ours in HEADLINE:
+        result = json.loads((RESULTS / name).read_text())
+        methods, env = result["methods"], result.get("environment", {})
+        assisted = methods.get("assisted")
+        lines.append(f"| {target} | {label} | {methods['ar']['tokens_per_s']:.1f} | **{methods[ours]['speedup_vs_ar']:.2f}x** | "
+                     f"{methods['prompt-lookup']['speedup_vs_ar']:.2f}x | {'-' if assisted is None else format(assisted['speedup_vs_ar'], '.2f') + 'x'} | "
+                     f"{exactness(methods[ours], bool(result['config'].get('temperature')))} | {env.get('cpu', '?')}, {env.get('date', '?')[:10]} |")
+    lines.append(HEAD_END)
+    return "\n".join(lines) + "\n"
+
+
+def with_headline(front: str, table_text: str) -> str:
+    if HEAD_START not in front or HEAD_END not in front:
+        raise ValueError(f"{FRONT_PAGE} has no {HEAD_START} ... {HEAD_END} block for the headline table")
+    head, rest = front.split(HEAD_START, 1)
+    return head + table_text.rstrip("\n") + rest.split(HEAD_END, 1)[1]
+
+
 def with_page(readme: str, new_page: str) -> str:
     """``readme`` with its page replaced (or inserted after the title line)."""
     if START in readme and END in readme:
@@ -211,13 +250,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     readme = README.read_text()
     updated = with_page(readme, page())
+    front = FRONT_PAGE.read_text()
+    front_updated = with_headline(front, headline())
     if args.check:
-        if updated != readme:
-            print("benchmarks/README.md's current-results page is stale: run python benchmarks/current_results.py", file=sys.stderr)
+        if updated != readme or front_updated != front:
+            print("the current-results page (benchmarks/README.md) or the headline table (README.md) is stale: "
+                  "run python benchmarks/current_results.py", file=sys.stderr)
             return 1
         return 0
     README.write_text(updated)
-    print(f"wrote the current-results page of {README}")
+    FRONT_PAGE.write_text(front_updated)
+    print(f"wrote the current-results page of {README} and the headline table of {FRONT_PAGE}")
     return 0
 
 

@@ -71,7 +71,7 @@ Command: `{command}`
 
 A trained adapter this small is cheap but approximate. For the measured trade-off between adapter
 depth and foresight, see `benchmarks/foresight_depth.py` and the training-free `LayerSkipAdapter`
-(the target's own layers with exact context) in the project's README.
+(the target's own layers with exact context) in docs/foresight.md.
 """
 
 

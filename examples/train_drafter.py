@@ -7,6 +7,10 @@ Runs on the CPU as is, and on GPUs / several machines with `accelerate launch` (
 Checkpoints land in --output-dir every --save-steps; rerunning the same command resumes from the
 latest one. The final drafter is written to --output-dir/final as a Hub-ready folder.
 
+With --answers DIR (an answer corpus, examples/regenerate.py --answers) the drafter trains on the
+target's own answers, committed as token ids; the target's features are computed from them in
+every step, so nothing large is written to disk.
+
 With --feature-cache DIR (built by examples/cache_features.py) the target's states and top-k
 distributions are read from disk instead of computed in every step (corpus / erase labels), so
 several epochs over one corpus cost the target forward once. --lora-rank R trains low-rank updates
@@ -87,10 +91,15 @@ def main() -> None:
     ap.add_argument("--save-steps", type=int, default=50)
     ap.add_argument("--save-total-limit", type=int, default=None, help="keep only the latest N checkpoints (default: keep all, for the learning curve)")
     ap.add_argument("--divergence", default="forward_kl")
+    ap.add_argument("--answers", default=None,
+                    help="train on an answer corpus (examples/regenerate.py --answers): the target's own answers as token ids, "
+                         "the target's features computed in every step (no cache on disk)")
+    ap.add_argument("--answers-limit", type=int, default=None, help="with --answers: the corpus's first N answers only")
+    ap.add_argument("--answers-prompt-cache", default="runs/answer-prompts", help="with --answers: where the rebuilt prompts are kept")
     ap.add_argument("--feature-cache", default=None, help="train on an offline feature cache (examples/cache_features.py) instead of --corpus")
     ap.add_argument("--cache-sequences", type=int, default=None,
                     help="with --feature-cache: train on its first N sequences only (a cache that grew since trains as it was)")
-    ap.add_argument("--num-epochs", type=float, default=None, help="with --feature-cache: epochs over the cache (overrides --max-steps)")
+    ap.add_argument("--num-epochs", type=float, default=None, help="epochs over the training set (the cache, the answers or the corpus; overrides --max-steps)")
     ap.add_argument("--lora-rank", type=int, default=None, help="train LoRA updates of this rank on the drafter layers (merged at the end)")
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
@@ -122,7 +131,16 @@ def main() -> None:
         raise SystemExit("--grow-layers needs --init-from")
     else:
         drafter = JetSpecDrafter.for_target(target, init_layers_from_target=args.init_layers_from_target, **overrides)
-    if args.feature_cache:
+    if args.answers and args.feature_cache:
+        raise SystemExit("--answers and --feature-cache are two sources of training data: give one")
+    if args.answers:
+        from hf_jetspec.training.answer_corpus import AnswerCorpusDataset
+
+        corpus = AnswerCorpusDataset(args.answers, tokenizer, prompt_cache=args.answers_prompt_cache, limit=args.answers_limit)
+        collator = CorpusCollator(pad_id)
+        print(f"{len(corpus)} answers of {corpus.manifest.target} ({sum(len(r.answer_ids) for r in corpus.rows)} answer tokens), "
+              "target features computed in every step")
+    elif args.feature_cache:
         corpus = FeatureCacheDataset(args.feature_cache, layer_ids=drafter.config.target_layer_ids, max_sequences=args.cache_sequences)
         collator = FeatureCacheCollator(pad_id)
         tokens = f"{corpus.info.num_tokens} tokens" if args.cache_sequences is None else f"the first {len(corpus)} of {corpus.info.num_sequences}"

@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BUDGET_BYTES = 48 * 10**6
+BUDGET_BYTES = 56 * 10**6
+FRONT_PAGE_LINES, GUIDE_PAGE_LINES = 250, 300
 
 
-def test_tracked_tree_is_under_48_mb():
+def test_tracked_tree_is_under_56_mb():
     try:
         files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
     except (OSError, subprocess.CalledProcessError):
@@ -18,18 +19,30 @@ def test_tracked_tree_is_under_48_mb():
     assert total < BUDGET_BYTES, f"tracked tree is {total / 1e6:.1f} MB; the budget is {BUDGET_BYTES / 1e6:.0f} MB"
 
 
-def test_readme_module_tables_point_to_existing_files():
+def test_front_page_and_guide_pages_stay_short_and_the_guide_is_linked():
     import re
 
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## What is in the package"):text.index("### How a round works")]
+    front = (ROOT / "README.md").read_text()
+    assert len(front.splitlines()) <= FRONT_PAGE_LINES, f"README.md is a front page: at most {FRONT_PAGE_LINES} lines; move the rest to docs/"
+    pages = sorted((ROOT / "docs").glob("*.md"))
+    long = {p.name: len(p.read_text().splitlines()) for p in pages if len(p.read_text().splitlines()) > GUIDE_PAGE_LINES}
+    assert not long, f"guide pages over {GUIDE_PAGE_LINES} lines (split them by concept): {long}"
+    linked = set(re.findall(r"\]\(docs/([a-z0-9-]+\.md)", front))
+    assert {p.name for p in pages} - {"README.md"} <= linked, "every guide page is linked from README.md's guide table"
+    assert "make demo" in front and "make test" in front  # the quickstart's two commands
+
+
+def test_package_map_module_tables_point_to_existing_files():
+    import re
+
+    section = (ROOT / "docs" / "package-map.md").read_text()
     paths = [p for cell in re.findall(r"^\| (`[^|]+`) \|", section, flags=re.M) for p in re.findall(r"`([^`]+)`", cell) if p != "module"]
     assert len(paths) > 30
     missing = [p for p in paths if not (ROOT / "src" / "hf_jetspec" / p).exists()]
-    assert not missing, f"README module table names files that do not exist: {missing}"
+    assert not missing, f"the package map names files that do not exist: {missing}"
     listed = {p.rstrip("/").split("/")[0] for p in paths}
     packages = {d.name for d in (ROOT / "src" / "hf_jetspec").iterdir() if d.is_dir() and (d / "__init__.py").exists()}
-    assert packages <= listed, f"subpackages missing from the README table: {packages - listed}"
+    assert packages <= listed, f"subpackages missing from the package map: {packages - listed}"
 
 
 def test_public_api_is_pinned():
