@@ -3,12 +3,15 @@
     python examples/pipeline.py --target smollm2-135m --minutes 30 --device cuda --output runs/pipeline-smollm2
     python examples/pipeline.py --target smollm2-135m --minutes 2 --output runs/pipeline-tiny   # a CPU try-out
 
-The budget is wall-clock minutes: about a third for the target's answers to training prompts
-(ShareGPT first turns and the code corpus's requests, evaluation overlap excluded; the feature
-cache comes out of the same forwards), most of the rest for training a 2-layer drafter initialised
-from the target's layers, and --evaluate-share for the learning curve: drafter-alone tau (J1,
-budget 16, full blocks, policy off) of every checkpoint on held-out MT-Bench turns. The output
-folder gets ``drafter/`` (Hub-ready), ``learning_curve.json``, ``pipeline.json`` and the cache.
+The budget is wall-clock minutes, split from measured rates: the first batch of the target's answers
+to training prompts (ShareGPT first turns and the code corpus's requests, evaluation overlap
+excluded; the feature cache comes out of the same forwards) prices an answer, two training steps
+price a step, and the plan buys as many answers as the budget allows at --max-epochs passes over
+them for a 2-layer drafter initialised from the target's layers, after reserving the learning
+curve: drafter-alone tau (J1, budget 16, full blocks, policy off) of the checkpoints on held-out
+MT-Bench turns. One progress bar shows seconds against the budget with the phase and its counts.
+The output folder gets ``drafter/`` (Hub-ready), ``learning_curve.json``, ``pipeline.json`` (with
+the plan and its rates) and the cache.
 The library call is :func:`hf_jetspec.training.pipeline.run_pipeline`.
 """
 
@@ -29,8 +32,7 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--device", default=None, help="cpu or cuda (default: the loader's choice)")
     ap.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"])
-    ap.add_argument("--regenerate-share", type=float, default=0.35)
-    ap.add_argument("--evaluate-share", type=float, default=0.15)
+    ap.add_argument("--max-epochs", type=float, default=4.0, help="passes over the answers while there is time to regenerate")
     ap.add_argument("--regen-batch-size", type=int, default=64)
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=8)
@@ -45,7 +47,7 @@ def main() -> None:
     kwargs = {"device": args.device} if args.device else {}
     target, tokenizer = load_target(args.target, dtype=args.dtype, **kwargs)
     config = PipelineConfig(
-        minutes=args.minutes, regenerate_share=args.regenerate_share, evaluate_share=args.evaluate_share,
+        minutes=args.minutes, max_epochs=args.max_epochs,
         regeneration=RegenerationConfig(num_prompts=100_000, max_new_tokens=args.max_new_tokens, batch_size=args.regen_batch_size),
         draft_vocab=args.draft_vocab or None, batch_size=args.batch_size, lr=args.lr, curve_points=args.curve_points,
         eval_new_tokens=args.eval_new_tokens, bf16=str(target.dtype) == "torch.bfloat16",

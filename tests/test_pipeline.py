@@ -29,8 +29,8 @@ def test_save_moments_are_evenly_spaced_and_end_at_the_budget():
 
 
 def test_config_refuses_a_budget_with_no_time_to_train():
-    with pytest.raises(ValueError, match="training needs time"):
-        PipelineConfig(regenerate_share=0.7, evaluate_share=0.3)
+    with pytest.raises(ValueError, match="max_epochs"):
+        PipelineConfig(max_epochs=0)
     with pytest.raises(ValueError, match="minutes"):
         PipelineConfig(minutes=0)
 
@@ -42,7 +42,7 @@ class CharTokenizer:
 def test_pipeline_regenerates_trains_evaluates_and_saves_within_its_budget(llama_target, tmp_path):
     prompts = [RegenerationPrompt("sharegpt", [(7 * i + j) % 100 + 3 for j in range(6)], f"h{i}") for i in range(24)]
     eval_items = [(f"e{i}", torch.tensor([[(11 * i + j) % 90 + 5 for j in range(5)]])) for i in range(2)]
-    config = PipelineConfig(minutes=0.25, regenerate_share=0.3, evaluate_share=0.1, draft_vocab=None, batch_size=2,
+    config = PipelineConfig(minutes=0.25, draft_vocab=None, batch_size=2,
                             blocks_per_sequence=4, curve_points=2, eval_new_tokens=12,
                             regeneration=RegenerationConfig(num_prompts=24, max_new_tokens=10, batch_size=4, top_k=4, shard_sequences=8))
     result = run_pipeline(llama_target, CharTokenizer(), tmp_path, config, eval_items, "tiny", prompts=prompts, progress=False)

@@ -63,7 +63,7 @@ def test_each_label_mode_trains(tmp_path, llama_target, labels):
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert all(torch.isfinite(torch.tensor(losses)))
     assert losses[-1] < losses[0]
-    assert any("tau_est" in h for h in trainer.state.log_history)
+    assert any("train_tau_est" in h for h in trainer.state.log_history)
     cpu = [h["cpu_hours"] for h in trainer.state.log_history if "cpu_hours" in h]
     assert len(cpu) >= 5 and all(a <= b for a, b in zip(cpu, cpu[1:])) and cpu[-1] > cpu[0] > 0
 

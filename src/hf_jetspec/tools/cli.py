@@ -291,13 +291,17 @@ def cmd_export_vllm(args) -> int:
 def cmd_train(args) -> int:
     from .train import TrainCommandConfig, run_train_command
 
+    from .train import verdict_text
+
     config = TrainCommandConfig(target=args.target, output=args.output, hours=args.hours, dtype=args.dtype, device=args.device,
-                                eval_prompts=args.eval_prompts, calibration_prompts=args.calibration_prompts)
-    record = run_train_command(config)
+                                eval_prompts=args.eval_prompts, calibration_prompts=args.calibration_prompts,
+                                verdict_prompts=args.verdict_prompts)
+    record = run_train_command(config, resume=args.resume)
     curve = record["curve"]
-    print(f"{record['regenerated_sequences']} regenerated answers, {record['train_steps']} training steps, drafter-alone tau "
-          f"{curve[-1]['tau'] if curve else None}, {record['wall_hours']} h in all; drafter and card in "
-          f"{os.path.join(args.output, 'drafter')}")
+    print(f"{record['regenerated_sequences']} regenerated answers, {record['train_steps']} training steps ({record['epochs']} epochs), "
+          f"held-out drafter-alone tau {curve[-1]['tau'] if curve else None}; this run {record['this_run_hours']} h of a "
+          f"{record['budget_hours']} h budget; drafter and card in {os.path.join(args.output, 'drafter')}")
+    print(verdict_text(record["verdict"], record["command"]).replace("**", ""))
     return 0
 
 
@@ -357,7 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="regenerate with a target, train its drafter, calibrate, write a Hub-ready folder (resumable)")
     train.add_argument("--target", required=True, help="an embedded target name or anything from_pretrained accepts")
     train.add_argument("--output", required=True, help="the run's folder; run the same command again to resume")
-    train.add_argument("--hours", type=float, default=1.0, help="wall-clock budget of regeneration, training and the learning curve")
+    train.add_argument("--hours", type=float, default=1.0, help="wall-clock budget of the whole command, verdict included")
+    train.add_argument("--resume", action="store_true", help="continue a finished run for --hours more: more answers, its drafter trained on")
+    train.add_argument("--verdict-prompts", type=int, default=4, help="further held-out MT-Bench questions for the final verdict")
     train.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
     train.add_argument("--device", default=None, help="cpu or cuda (default: the loader's choice)")
     train.add_argument("--eval-prompts", type=int, default=6, help="held-out MT-Bench questions for the learning curve")

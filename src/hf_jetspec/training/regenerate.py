@@ -364,14 +364,15 @@ def generate_with_features(target, prompts: list[list[int]], sampled: list[bool]
 def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int], config: RegenerationConfig,
                target_name: str = "", prompts: list[RegenerationPrompt] | None = None, source_stats: dict | None = None,
                resume: bool = False, progress: bool = True, deadline: float | None = None,
-               machine: dict | None = None) -> RegenerationManifest:
+               machine: dict | None = None, on_batch=None) -> RegenerationManifest:
     """Answer ``prompts`` (default :func:`selected_prompts`) with ``target`` and write the feature
     cache and ``regeneration.json`` to ``folder``. ``resume`` continues a run with the same options:
     its finished shards are kept and generation goes on from the next prompt. ``deadline`` (a
     ``time.perf_counter()`` value) stops before the first batch that would start after it, except that
     an empty cache always gets its first batch (a budget spent on setup still yields data to train on);
     the cache then holds every answered prompt and a later ``resume`` goes on from there. ``machine``
-    (e.g. CPU, threads, versions) is recorded with this run's first sequence in the manifest's ``stints``."""
+    (e.g. CPU, threads, versions) is recorded with this run's first sequence in the manifest's ``stints``.
+    ``on_batch(done)`` is called after every batch with the number of prompts answered so far."""
     from tqdm.auto import tqdm
 
     if prompts is None:
@@ -445,6 +446,8 @@ def regenerate(target, tokenizer, folder: str | os.PathLike, layer_ids: list[int
                 write_manifest()
         bar.update(len(batch))
         bar.set_postfix_str(f"{manifest.tokens_per_s:.1f} tok/s")
+        if on_batch is not None:
+            on_batch(b0 + len(batch))
     writer.close(upto)
     write_manifest()
     bar.close()

@@ -21,9 +21,11 @@ class JetSpecTrainer(FrozenTargetTrainer):
     from the offline cache (corpus / erase labels; top-k target distributions) -- samples ``blocks_per_sequence`` anchors per sequence in the response, builds the block inputs
     (clean prefix + context noise under Jacobi forcing), and minimises the slot-weighted
     divergence between the target's distributions and the drafter's at every block position.
-    Logged besides the loss: ``acc_first`` (top-1 agreement at slot 1 on fully noised blocks) and
-    ``tau_est`` (1 + mean leading top-1 agreement on fully noised blocks, an acceptance-length
-    proxy under corpus conditioning).
+    Logged besides the loss, both on the training batches themselves (so they describe the answers
+    trained on, not held-out text: a drafter's held-out tau is measured by
+    :func:`~hf_jetspec.training.drafter_tau.acceptance_on_items`): ``train_acc_first`` (top-1
+    agreement at slot 1 on fully noised blocks) and ``train_tau_est`` (1 + mean leading top-1
+    agreement on fully noised blocks, an acceptance-length proxy under corpus conditioning).
     """
 
     def __init__(self, model, args, target=None, **kwargs):
@@ -109,8 +111,8 @@ class JetSpecTrainer(FrozenTargetTrainer):
             if noised.any():  # only the fully noised blocks' argmaxes are needed
                 rows = noised.to(draft_logits.device)
                 agree = (draft_logits[:, :n_primary][rows].argmax(-1) == label_argmax(label_logits[:, :n_primary][rows])).long()
-                self._record("acc_first", agree[..., 0].float().mean().item())
-                self._record("tau_est", 1.0 + leading_matches(agree, torch.ones_like(agree)).float().mean().item())
+                self._record("train_acc_first", agree[..., 0].float().mean().item())
+                self._record("train_tau_est", 1.0 + leading_matches(agree, torch.ones_like(agree)).float().mean().item())
         return (loss, fwd) if return_outputs else loss
 
     @staticmethod
