@@ -57,3 +57,22 @@ def test_pipeline_regenerates_trains_evaluates_and_saves_within_its_budget(llama
     assert all(0 < row["train_cpu_hours"] < 0.25 / 60 * 2 for row in result.curve)  # this run's training only, not the process
     assert saved["config"]["minutes"] == 0.25 and saved["result"]["train_steps"] == result.train_steps
     assert (tmp_path / "regenerated" / "regeneration.json").is_file()
+
+
+def test_the_budget_plan_on_hand_numbers():
+    from hf_jetspec.training.budget import PhaseCosts, plan_budget
+    from hf_jetspec.training.pipeline import plan_training
+
+    # 3600 s: 360 s tail and 4 x 60 s of curve reserved; 3000 s buy answers at 1 s and 4 epochs of 2 s steps over batches of 8
+    plan = plan_budget(3600, 0, PhaseCosts(answer_s=1.0, step_s=2.0, eval_s=60.0, tail_s=360.0), batch_size=8)
+    assert (plan.answers, plan.steps, plan.epochs, plan.curve_points) == (1500, 750, 4.0, 4)
+    assert (plan.regenerate_s, plan.train_s, plan.evaluate_s, plan.tail_s) == (1500.0, 1500.0, 240.0, 360.0)
+    # 200 s cannot hold 4 curve points at 60 s: the curve keeps at most half of it, at least one point
+    short = plan_budget(200, 0, PhaseCosts(1.0, 2.0, 60.0, 20.0), batch_size=8)
+    assert short.curve_points == 1 and short.answers == 60 and short.steps == 30  # (200 - 80) / (1 + 4 * 2 / 8)
+    # answers already made are kept and count in the epochs: 100 done, 60 more bought
+    more = plan_budget(400, 100, PhaseCosts(1.0, 2.0, 60.0, 20.0), batch_size=8, curve_points=1)
+    assert more.answers == (400 - 80 + 100) // 2 and more.regenerate_s == more.answers - 100
+    # once regeneration is over, the rest buys steps, capped at max_epochs over the answers
+    assert plan_training(1000, 100, PhaseCosts(1.0, 2.0, 50.0, 100.0), batch_size=8, max_epochs=4, curve_points=4).steps == 50
+    assert plan_training(300, 1000, PhaseCosts(1.0, 2.0, 50.0, 100.0), batch_size=8, max_epochs=4, curve_points=1).steps == 75
