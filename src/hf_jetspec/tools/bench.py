@@ -383,8 +383,10 @@ def _use_method(setup: BenchSetup, config: BenchConfig, name: str) -> dict:
     return {}
 
 
-def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True) -> dict[str, MethodRecord]:
-    """Warm every method up, then run them interleaved prompt by prompt (rotating order)."""
+def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True, deadline: float | None = None) -> dict[str, MethodRecord]:
+    """Warm every method up, then run them interleaved prompt by prompt (rotating order). With a
+    ``deadline`` (``time.perf_counter()``), no item starts after it but the first (every method
+    then has the same items)."""
     from tqdm.auto import tqdm
 
     target, device = setup.target, setup.target.device
@@ -431,6 +433,8 @@ def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True) -
     records = {name: MethodRecord(name) for name in methods}
     bar = tqdm(total=len(items) * len(methods), desc="bench", disable=not progress)
     for i, (item_id, ids) in enumerate(items):
+        if deadline is not None and i > 0 and time.perf_counter() >= deadline:
+            break
         order = methods[i % len(methods) :] + methods[: i % len(methods)]
         for name in order:
             tokens, elapsed, counter, peak = run_one(name, ids, config.seed + i, config.max_new_tokens)

@@ -73,9 +73,11 @@ class TrainCommandConfig:
     hours: float = 1.0
     dtype: str = "auto"
     device: str | None = None
-    eval_prompts: int = 6  # held-out MT-Bench questions for the learning curve
-    calibration_prompts: int = 6  # other held-out MT-Bench questions for the round policy
-    verdict_prompts: int = 4  # further held-out MT-Bench questions for the verdict
+    # held-out MT-Bench questions (two turns, so two items, each); a short budget measures fewer
+    # (training.budget.held_out_counts: at most 40% of the budget, never fewer than one item each)
+    eval_prompts: int = 6  # for the learning curve
+    calibration_prompts: int = 6  # other questions, for the round policy's calibration
+    verdict_prompts: int = 4  # further questions, for the verdict
     eval_new_tokens: int = 64
     max_new_tokens: int = 256  # per regenerated answer
     seed: int = 0
@@ -86,11 +88,6 @@ class TrainCommandConfig:
         if self.eval_prompts < 1 or self.calibration_prompts < 1 or self.verdict_prompts < 1:
             raise ValueError("eval_prompts, calibration_prompts and verdict_prompts must be >= 1")
 
-    def reserve_generations(self) -> float:
-        """What follows the pipeline, in plain generations of one held-out item: a calibration round
-        costs about 1.5 of them (full drafted blocks), the verdict about 3.5 per item (plain decoding,
-        the drafter, the drafter-free assistant, and a warm-up of each), plus the card."""
-        return 1.5 * self.calibration_prompts + 3.5 * self.verdict_prompts + 2.0
 
 
 def write_card(folder: str, record: dict) -> str:
@@ -135,7 +132,8 @@ out = target.generate(**inputs, assistant_model=drafter, max_new_tokens=256)
     return path
 
 
-def measure_verdict(target, tokenizer, drafter_folder: str, items: list, max_new_tokens: int, progress: bool = False) -> dict:
+def measure_verdict(target, tokenizer, drafter_folder: str, items: list, max_new_tokens: int, progress: bool = False,
+                    deadline: float | None = None) -> dict:
     """The trained drafter and the drafter-free assistant, each with its defaults, against plain
     decoding on ``items``, interleaved item by item as ``hf-jetspec bench`` runs methods (greedy,
     after an untimed warm-up of each). Returns each method's tokens per second, speed against plain
@@ -153,7 +151,8 @@ def measure_verdict(target, tokenizer, drafter_folder: str, items: list, max_new
     setup = BenchSetup(target, tokenizer, items, gen_kwargs, {"jetspec": {"drafting_config": asdict(drafter.drafting_config)}},
                        drafter=drafter, drafter_free={"drafter-free": free})
     setup.memories["drafter-free"] = free.output_memory
-    records = run_methods(setup, bench, progress=progress)
+    records = run_methods(setup, bench, progress=progress, deadline=deadline)
+    items = items[: len(records["ar"].tokens)]  # a deadline may have cut the list
     rate = {name: sum(r.tokens) / max(sum(r.seconds), 1e-9) for name, r in records.items()}
     ar = records["ar"].outputs
     out = {"items": len(items), "max_new_tokens": max_new_tokens, "plain_tokens_per_s": round(rate["ar"], 2)}
@@ -188,7 +187,7 @@ def run_train_command(config: TrainCommandConfig, progress: bool = True, pipelin
     answers, then its drafter trained on all of them, calibrated and judged again."""
     from ..data import load_eval_prompts
     from ..policy.calibrate import calibrate_acceptance, record_acceptance
-    from ..training.budget import BudgetBar
+    from ..training.budget import BudgetBar, held_out_counts
     from ..training.pipeline import PipelineConfig, run_pipeline
     from ..training.regenerate import RegenerationConfig
     from .bench import build_items
@@ -210,8 +209,21 @@ def run_train_command(config: TrainCommandConfig, progress: bool = True, pipelin
     text = target.config.get_text_config()
     defaults = defaults_for(sum(p.numel() for p in target.parameters()), text.vocab_size)
 
-    def held_out(offset: int, limit: int):
-        return build_items(tokenizer, target, load_eval_prompts("mt-bench", limit=limit, offset=offset), config.eval_new_tokens)
+    def held_out(first_question: int, items: int):
+        """``items`` held-out turns from MT-Bench question ``first_question`` on (two turns a question)."""
+        prompts = load_eval_prompts("mt-bench", limit=(items + 1) // 2, offset=first_question)
+        return build_items(tokenizer, target, prompts, config.eval_new_tokens)[:items]
+
+    # what the held-out measurements may cost: one plain generation of a held-out item prices them
+    e0, c0, v0 = 20, 20 + config.eval_prompts, 20 + config.eval_prompts + config.calibration_prompts  # disjoint questions
+    probe = held_out(e0, 1)[0][1].to(target.device)
+    t_item = time.perf_counter()
+    with torch.no_grad():
+        target.generate(probe, attention_mask=torch.ones_like(probe), do_sample=False, max_new_tokens=config.eval_new_tokens)
+    item_s = time.perf_counter() - t_item
+    points = (pipeline_overrides or {}).get("curve_points", 4)
+    counts = held_out_counts(deadline - time.perf_counter(), item_s, 2 * config.eval_prompts, points, 2 * config.calibration_prompts,
+                             2 * config.verdict_prompts)
 
     # 1-3: regenerate, train, learning curve (skipped when the pipeline finished before)
     if not os.path.isfile(pipeline_file):
@@ -222,13 +234,14 @@ def run_train_command(config: TrainCommandConfig, progress: bool = True, pipelin
                                      "drafter_layers": defaults.drafter_layers, "draft_vocab": defaults.draft_vocab,
                                      "batch_size": defaults.batch_size, "lr": defaults.lr, "eval_new_tokens": config.eval_new_tokens,
                                      "bf16": target.dtype == torch.bfloat16, "seed": config.seed,
-                                     "reserve_generations": config.reserve_generations(), **(pipeline_overrides or {})})
-        run_pipeline(target, tokenizer, config.output, pipeline, held_out(20, config.eval_prompts), config.target, progress=progress,
+                                     "reserve_generations": 1.5 * counts.calibration_items + 4.5 * counts.verdict_items + 1.0,
+                                     **(pipeline_overrides or {}), "curve_points": counts.curve_points})
+        run_pipeline(target, tokenizer, config.output, pipeline, held_out(e0, counts.eval_items), config.target, progress=progress,
                      start=start, bar=bar, init_from=init_from)
     with open(pipeline_file) as f:
         done = json.load(f)
     folder = done["result"]["drafter_folder"]
-    item_s = done["result"].get("item_seconds") or 0.0
+    item_s = done["result"].get("item_seconds") or item_s
 
     # 4: the round policy's calibration on other held-out turns, as many as the budget leaves beside the verdict
     from ..assistant import JetSpecAssistant
@@ -236,10 +249,10 @@ def run_train_command(config: TrainCommandConfig, progress: bool = True, pipelin
     assistant = JetSpecAssistant.from_pretrained(folder, dtype=torch.float32)
     if not assistant.acceptance_model.calibrated:
         drafter = assistant.drafter.to(target.device)
-        spare = deadline - time.perf_counter() - (3.5 * config.verdict_prompts + 2.0) * item_s
-        n = max(1, min(config.calibration_prompts, int(spare / (1.5 * item_s)) if item_s > 0 else config.calibration_prompts))
+        spare = deadline - time.perf_counter() - (4.5 * counts.verdict_items + 1.0) * item_s
+        n = max(1, min(counts.calibration_items, int(spare / (1.5 * item_s)) if item_s > 0 else counts.calibration_items))
         bar.show("calibrate", f"{n} held-out items")
-        per_item = record_acceptance(target, drafter, held_out(20 + config.eval_prompts, n), config.eval_new_tokens, progress=False)
+        per_item = record_acceptance(target, drafter, held_out(c0, n), config.eval_new_tokens, progress=False)
         model = calibrate_acceptance(per_item, num_jacobi_passes=drafter.drafting_config.num_jacobi_passes,
                                      budget=drafter.drafting_config.budget, prompts=["mt-bench"])
         model.save(folder)
@@ -251,11 +264,11 @@ def run_train_command(config: TrainCommandConfig, progress: bool = True, pipelin
     previous = json.loads(open(record_path).read()) if os.path.isfile(record_path) else {}
     verdict = previous.get("verdict") if previous.get("drafter_folder_mtime") == _mtime(folder) else None
     if verdict is None:
-        spare = deadline - time.perf_counter() - 2.0 * item_s
-        n = max(1, min(config.verdict_prompts, int(spare / (3.5 * item_s)) if item_s > 0 else config.verdict_prompts))
-        bar.show("verdict", f"plain, drafter and drafter-free on {n} held-out items")
-        verdict = measure_verdict(target, tokenizer, folder, held_out(20 + config.eval_prompts + config.calibration_prompts, n),
-                                  config.eval_new_tokens)
+        spare = deadline - time.perf_counter() - 1.0 * item_s
+        n = max(1, min(counts.verdict_items, int(spare / (4.5 * item_s)) if item_s > 0 else counts.verdict_items))
+        bar.show("verdict", f"plain, drafter and drafter-free on up to {n} held-out items")
+        # no item starts once the budget is spent (the first always runs): the overrun is at most one item
+        verdict = measure_verdict(target, tokenizer, folder, held_out(v0, n), config.eval_new_tokens, deadline=deadline)
 
     # 6: the card and the record
     result = done["result"]
@@ -265,7 +278,7 @@ def run_train_command(config: TrainCommandConfig, progress: bool = True, pipelin
         "defaults": asdict(defaults), "regenerated_sequences": result["regenerated_sequences"],
         "generated_tokens": result["generated_tokens"], "regenerate_seconds": result["regenerate_seconds"],
         "train_steps": result["train_steps"], "train_seconds": result["train_seconds"], "epochs": result.get("epochs"),
-        "plan": result.get("plan", {}), "curve": result["curve"], "calibration_rounds": calibration_rounds, "verdict": verdict,
+        "plan": result.get("plan", {}), "held_out": asdict(counts), "curve": result["curve"], "calibration_rounds": calibration_rounds, "verdict": verdict,
         "budget_hours": config.hours, "this_run_hours": round((time.perf_counter() - start) / 3600, 4),
         "wall_hours": round((time.perf_counter() - start) / 3600 + _previous_hours(record_path), 4),
         "stints": previous.get("stints", []) + [{"hours": config.hours, "resume": bool(resume)}],

@@ -79,7 +79,7 @@ class BudgetBar:
         self.start = time.perf_counter() if start is None else start
         self.total = max(1, int(round(budget_s)))
         self.bar = tqdm(total=self.total, unit="s", desc="budget", disable=disable,
-                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s [{postfix}]")
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s{postfix}")
         self.phase = ""
 
     def elapsed(self) -> float:
@@ -87,11 +87,56 @@ class BudgetBar:
 
     def show(self, phase: str, counts: str = "") -> None:
         self.phase = phase
-        self.bar.n = min(int(self.elapsed()), max(self.total, int(self.elapsed())))
+        elapsed = int(self.elapsed())
+        if elapsed > self.bar.total:  # past the budget: the bar grows (tqdm cannot draw a count above its total)
+            self.bar.total = elapsed
+        self.bar.n = elapsed
         self.bar.set_postfix_str(f"{phase}: {counts}" if counts else phase, refresh=False)
         self.bar.refresh()
 
     def close(self) -> None:
-        self.bar.n = int(self.elapsed())
-        self.bar.refresh()
+        self.show(self.phase or "done")
         self.bar.close()
+
+
+@dataclass(frozen=True)
+class HeldOutCounts:
+    eval_items: int
+    curve_points: int
+    calibration_items: int
+    verdict_items: int
+    seconds: float  # what they are expected to cost
+
+
+def held_out_cost(item_s: float, eval_items: int, curve_points: int, calibration_items: int, verdict_items: int) -> float:
+    """Seconds of a run's held-out measurements, in plain greedy generations of one item (``item_s``):
+    the evaluation items' references (1 each), each curve point (1.5 per item: drafter-alone rounds),
+    a calibration round (1.5 per item), the verdict (4.5 per item: plain, the drafter, the drafter-free
+    assistant, with their differences in speed) and its three warm-ups (1 in all).
+
+    >>> held_out_cost(2.0, eval_items=4, curve_points=2, calibration_items=2, verdict_items=2)
+    58.0
+    """
+    return item_s * (eval_items * (1 + 1.5 * curve_points) + 1.5 * calibration_items + 4.5 * verdict_items + 1.0)
+
+
+def held_out_counts(spare_s: float, item_s: float, eval_items: int, curve_points: int, calibration_items: int, verdict_items: int,
+                    share: float = 0.4) -> HeldOutCounts:
+    """The held-out measurements a budget affords: as asked when they cost at most ``share`` of
+    ``spare_s``; otherwise the curve keeps its first and last points, then every count shrinks in
+    proportion, none below one (a run always ends with a curve point, a calibration and a verdict).
+
+    >>> held_out_counts(1000, 2.0, 4, 2, 2, 2)
+    HeldOutCounts(eval_items=4, curve_points=2, calibration_items=2, verdict_items=2, seconds=58.0)
+    >>> held_out_counts(100, 2.0, 12, 4, 12, 8).verdict_items
+    1
+    """
+    allowed = share * spare_s
+    counts = (eval_items, curve_points, calibration_items, verdict_items)
+    if held_out_cost(item_s, *counts) > allowed:
+        counts = (eval_items, min(curve_points, 2), calibration_items, verdict_items)
+    full = held_out_cost(item_s, *counts)
+    if full > allowed:
+        scale = max(allowed - item_s, 0.0) / max(full - item_s, 1e-9)
+        counts = (max(1, int(eval_items * scale)), counts[1], max(1, int(calibration_items * scale)), max(1, int(verdict_items * scale)))
+    return HeldOutCounts(*counts, round(held_out_cost(item_s, *counts), 2))
