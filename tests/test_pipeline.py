@@ -76,3 +76,12 @@ def test_the_budget_plan_on_hand_numbers():
     # once regeneration is over, the rest buys steps, capped at max_epochs over the answers
     assert plan_training(1000, 100, PhaseCosts(1.0, 2.0, 50.0, 100.0), batch_size=8, max_epochs=4, curve_points=4).steps == 50
     assert plan_training(300, 1000, PhaseCosts(1.0, 2.0, 50.0, 100.0), batch_size=8, max_epochs=4, curve_points=1).steps == 75
+
+
+def test_the_budget_modules_worked_examples_hold():
+    import doctest
+
+    from hf_jetspec.training import budget, pipeline
+
+    for module in (budget, pipeline):
+        assert doctest.testmod(module).failed == 0, module.__name__

@@ -132,6 +132,9 @@ out = target.generate(**inputs, assistant_model=drafter, max_new_tokens=256)
     return path
 
 
+VERDICT_MARGIN = 1.05  # the drafter must be this much faster than the drafter-free assistant to be recommended
+
+
 def measure_verdict(target, tokenizer, drafter_folder: str, items: list, max_new_tokens: int, progress: bool = False,
                     deadline: float | None = None) -> dict:
     """The trained drafter and the drafter-free assistant, each with its defaults, against plain
@@ -161,8 +164,10 @@ def measure_verdict(target, tokenizer, drafter_folder: str, items: list, max_new
         out[key] = {"tokens_per_s": round(rate[name], 2), "speedup_vs_plain": round(rate[name] / rate["ar"], 3),
                     "tau": round(sum(r.committed) / max(sum(r.rounds), 1), 3),
                     "identical_to_plain": round(sum(a == b for a, b in zip(r.outputs, ar)) / len(ar), 3)}
-    out["use"] = "drafter" if out["drafter"]["tokens_per_s"] >= out["drafter_free"]["tokens_per_s"] else "drafter-free"
     out["ratio"] = round(out["drafter"]["tokens_per_s"] / max(out["drafter_free"]["tokens_per_s"], 1e-9), 3)
+    # weights are worth carrying only for a clear gain: within VERDICT_MARGIN the simpler path wins
+    out["use"] = "drafter" if out["ratio"] >= VERDICT_MARGIN else "drafter-free"
+    out["margin"] = VERDICT_MARGIN
     return out
 
 
@@ -175,7 +180,8 @@ def verdict_text(verdict: dict, command: str) -> str:
                 f"weights) {f['speedup_vs_plain']:.2f}x (tau {f['tau']:.2f}).")
     if verdict["use"] == "drafter":
         return f"{measured}\n\n**Use this drafter**: {verdict['ratio']:.2f}x the drafter-free assistant's speed."
-    return (f"{measured}\n\n**Use the drafter-free assistant for now**: this drafter runs at {verdict['ratio']:.2f}x its speed. "
+    return (f"{measured}\n\n**Use the drafter-free assistant for now**: this drafter runs at {verdict['ratio']:.2f}x its speed "
+            f"(a drafter is recommended from {verdict.get('margin', VERDICT_MARGIN):.2f}x). "
             f"A drafter pays from thousands of answers; add answers and training with `{command} --resume` and more hours "
             f"(it keeps the answers it has, makes more and continues this drafter).")
 

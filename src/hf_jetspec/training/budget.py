@@ -14,7 +14,6 @@ the phase and its counts (answers, steps, epochs) as they are planned and done.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
@@ -62,9 +61,18 @@ def plan_budget(remaining_s: float, answers_done: int, costs: PhaseCosts, batch_
     answers = max(answers, answers_done, min_answers)
     regenerate_s = max(answers - answers_done, 0) * costs.answer_s
     train_s = max(middle - regenerate_s, 0.0)
-    steps = min(int(train_s / costs.step_s) if costs.step_s > 0 else 0, math.ceil(max_epochs * answers / batch_size))
+    steps = min(int(train_s / costs.step_s) if costs.step_s > 0 else 0, epoch_steps(answers, batch_size, max_epochs))
     return BudgetPlan(answers, steps, round(steps * batch_size / max(answers, 1), 2), points, regenerate_s, train_s,
                       points * costs.eval_s, costs.tail_s)
+
+
+def epoch_steps(answers: int, batch_size: int, max_epochs: float) -> int:
+    """The most steps ``max_epochs`` passes over ``answers`` allow (at least one).
+
+    >>> epoch_steps(53, 8, 4.0), epoch_steps(3, 8, 4.0)
+    (26, 1)
+    """
+    return max(1, int(max_epochs * answers / batch_size))
 
 
 class BudgetBar:

@@ -190,11 +190,11 @@ def plan_training(remaining_s: float, answers: int, costs, batch_size: int, max_
     >>> plan_training(1000, 100, PhaseCosts(1.0, 2.0, 50.0, 100.0), batch_size=8, max_epochs=4, curve_points=4).steps
     50
     """
-    from .budget import plan_budget
+    from .budget import epoch_steps, plan_budget
 
     plan = plan_budget(remaining_s, answers, costs, batch_size, max_epochs, curve_points, min_answers=answers)
     train_s = max(remaining_s - plan.tail_s - plan.evaluate_s, 0.0)
-    steps = min(int(train_s / costs.step_s) if costs.step_s > 0 else 0, math.ceil(max_epochs * answers / batch_size))
+    steps = min(int(train_s / costs.step_s) if costs.step_s > 0 else 0, epoch_steps(answers, batch_size, max_epochs))
     return replace(plan, answers=answers, steps=steps, epochs=round(steps * batch_size / max(answers, 1), 2), regenerate_s=0.0,
                    train_s=train_s)
 
