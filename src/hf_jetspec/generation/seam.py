@@ -154,6 +154,14 @@ def _decode(original, self, input_ids, recorder, *args, **kwargs):
     reason = None if _is_drafter_free(drafter) else drafter.drafting_config.tree_fallback_reason
     if reason is not None:
         logger.warning_once(f"hf_jetspec: tree={drafter.drafting_config.tree!r} falls back to chain rounds: {reason}")
+    if _is_drafter_free(drafter) and input_ids.shape[0] > 1 and not args:  # several prompts: our own batched loop
+        from .batched_decoding import batched_decoding
+
+        names = ("logits_processor", "stopping_criteria", "generation_config", "synced_gpus", "streamer", "inputs_tensor",
+                 "assistant_model", "assistant_tokenizer", "tokenizer")
+        given = {name: kwargs.pop(name, None) for name in names}
+        return batched_decoding(self, input_ids, given["logits_processor"], given["stopping_criteria"], given["generation_config"],
+                                given["streamer"], drafter, kwargs)
     if _is_drafter_free(drafter):
         trees = drafter.drafting_config.tree and not args
     else:

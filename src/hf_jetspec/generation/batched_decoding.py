@@ -1,0 +1,268 @@
+"""Several prompts at once: speculative rounds over a left-padded batch, each row accepting its own count.
+
+``target.generate(input_ids, attention_mask=mask, assistant_model=DrafterFreeAssistant...)`` with
+several left-padded rows runs this loop: every round each live row gets its own proposal (its n-gram
+continuation, else a match in the assistant's output memory, as chain rounds choose one row at a
+time), the target verifies every row in one forward of ``[B, W]`` tokens (``W`` = 1 + the longest
+proposal; shorter rows padded), and each row commits its own accepted prefix and the target's token
+after it: greedy exact match, or under sampling the point-mass rule (accept ``d`` with ``p(d)``,
+otherwise draw from ``p`` without ``d``), which is the target's law row by row.
+
+Cache layout: per-row lengths with masked holes. A round appends ``W`` columns to every row; a row
+keeps the columns of its anchor and accepted tokens, and its other columns become holes, masked out
+for every later query (``attention_mask`` 0). Positions count each row's real tokens only, so a row
+sees exactly the keys plain decoding of that row would see. Columns that are holes in every live
+row at the end of the cache are cropped at once; when holes pass ``COMPACT_SHARE`` of the cache, the
+cache is compacted (each row's real columns gathered, left-padded, into a new cache). Rows that
+finish (EOS, stop strings, length) leave the batch at the end of their round, their cache rows with
+them, and the left padding no live row needs is cut. The alternatives: cropping every row to the
+shortest accepted count would re-verify the longer rows' tokens; compacting every round copies the
+whole cache every round (``benchmarks/batched_cache.py`` measures both on the target).
+
+The output is what transformers' batched plain decoding returns for the same left-padded input:
+``[B, P + G]``, each row its prompt (with its padding), its tokens up to and including the one where
+it stopped, then ``pad_token_id``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..policy import Candidate, CostModel, NgramIndex, best_candidate, propose_ngram
+from .stats import GenerationStats
+
+COMPACT_SHARE = 0.5  # compact the cache when this share of its columns are holes
+
+
+def check_left_padded(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """The batch's attention mask, checked: left padding only (a row's real tokens are contiguous and
+    end at the last column), the shape of the ids. Rows of one length need no mask."""
+    if attention_mask is None:
+        return torch.ones_like(input_ids)
+    if attention_mask.shape != input_ids.shape:
+        raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, the input ids {tuple(input_ids.shape)}: "
+                         "give one mask entry per token")
+    mask = attention_mask.to(torch.long)
+    if bool((mask[:, -1] == 0).any()):
+        raise ValueError("a row's last token is padding: batched speculative decoding needs left padding "
+                         "(tokenizer.padding_side = 'left')")
+    steps = mask[:, 1:] - mask[:, :-1]
+    if bool((steps < 0).any()):
+        raise ValueError("the attention mask has a gap inside a row: batched speculative decoding needs left padding "
+                         "(padding before each prompt, none inside or after it)")
+    if bool((mask.sum(-1) == 0).any()):
+        raise ValueError("a row of the batch has no tokens")
+    return mask
+
+
+def compact_layout(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For a ``[B, T]`` mask with holes: the ``[B, T']`` column index that gathers each row's real
+    columns, left-padded (padding points at column 0), and the new mask; ``T'`` is the longest row.
+
+    >>> index, new = compact_layout(torch.tensor([[0, 1, 0, 1, 1], [1, 1, 1, 0, 1]]))
+    >>> index.tolist(), new.tolist()
+    ([[0, 1, 3, 4], [0, 1, 2, 4]], [[0, 1, 1, 1], [1, 1, 1, 1]])
+    """
+    counts = mask.sum(-1)
+    width = int(counts.max())
+    index = torch.zeros(mask.shape[0], width, dtype=torch.long, device=mask.device)
+    new = torch.zeros(mask.shape[0], width, dtype=mask.dtype, device=mask.device)
+    for b in range(mask.shape[0]):
+        real = mask[b].nonzero().squeeze(-1)
+        index[b, width - real.numel():] = real
+        new[b, width - real.numel():] = 1
+    return index, new
+
+
+def _cache_layers(cache):
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    if not layers or not all(type(layer) is DynamicLayer for layer in layers):
+        kinds = sorted({type(layer).__name__ for layer in layers or []})
+        raise ValueError(f"batched speculative decoding needs a dynamic full-attention cache (DynamicLayer); this target's cache "
+                         f"has {kinds or 'no layers'}: sliding-window targets run one row at a time for now")
+    return layers
+
+
+def gather_columns(cache, index: torch.Tensor) -> None:
+    """Keep the cache columns ``index[b]`` of each row ``b`` (``[B, T']``), in place."""
+    for layer in _cache_layers(cache):
+        for name in ("keys", "values"):
+            t = getattr(layer, name)
+            idx = index.to(t.device)[:, None, :, None].expand(t.shape[0], t.shape[1], index.shape[1], t.shape[3])
+            setattr(layer, name, torch.gather(t, 2, idx))
+
+
+def crop_columns(cache, length: int) -> None:
+    for layer in _cache_layers(cache):
+        layer.keys, layer.values = layer.keys[:, :, :length], layer.values[:, :, :length]
+
+
+class _Row:
+    """One prompt of the batch: its padded prompt, what it has committed, its n-gram index."""
+
+    def __init__(self, prompt: torch.Tensor, real: int, max_ngram: int):
+        self.prompt = prompt  # [P], with its left padding
+        self.real = real  # real tokens so far (prompt and committed): the next position
+        self.tokens: list[int] = []  # committed
+        self.index = NgramIndex(max_ngram=max_ngram)
+        self.index.extend(prompt[prompt.numel() - real:].tolist())
+        self.done = False
+
+    def ids(self, extra: list[int] = ()) -> torch.Tensor:
+        tail = torch.tensor(self.tokens + list(extra), dtype=self.prompt.dtype, device=self.prompt.device)
+        return torch.cat([self.prompt, tail])
+
+
+def _process(processors, row: _Row, drafts: list[int], logits: torch.Tensor) -> torch.Tensor:
+    """Row ``j`` of ``logits`` processed with the row's sequence and its first ``j`` drafts as input ids."""
+    if processors is None or len(processors) == 0:
+        return logits
+    return torch.cat([processors(row.ids(drafts[:j])[None], logits[j : j + 1]) for j in range(logits.shape[0])])
+
+
+def _verify_row(logits: torch.Tensor, drafts: list[int], do_sample: bool) -> tuple[int, int]:
+    """``(accepted, token)``: how many of ``drafts`` the target keeps and the token it commits after
+    them, from the row's processed logits ``[len(drafts) + 1, V]`` (greedy exact match; sampled: the
+    point-mass rule, exact for the target's law)."""
+    if not do_sample:
+        choice = logits.argmax(-1).tolist()
+        n = 0
+        while n < len(drafts) and drafts[n] == choice[n]:
+            n += 1
+        return n, choice[n]
+    for j, d in enumerate(drafts):
+        p = torch.softmax(logits[j].float(), -1)
+        if float(torch.rand(())) < float(p[d]):
+            continue
+        p[d] = 0.0  # rejected: a draw from p without d (renormalised by multinomial)
+        return j, int(torch.multinomial(p, 1))
+    return len(drafts), int(torch.multinomial(torch.softmax(logits[len(drafts)].float(), -1), 1))
+
+
+def batched_decoding(target, input_ids, logits_processor, stopping_criteria, generation_config, streamer, assistant, model_kwargs):
+    """Generate for every row of a left-padded batch with a drafter-free assistant's proposals (see the
+    module docstring); returns the sequences (or a ``GenerateDecoderOnlyOutput`` with them)."""
+    from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+    if streamer is not None:
+        raise ValueError("a streamer receives one sequence: stream batched generation one row at a time")
+    cache = model_kwargs.get("cache")
+    _cache_layers(cache)
+    mask = check_left_padded(input_ids, model_kwargs.get("attention_mask"))
+    options = assistant.drafting_config
+    do_sample = bool(generation_config.do_sample)
+    pad = generation_config._pad_token_tensor
+    pad_id = int(pad) if pad is not None else 0
+    from .. import policy as policy_module
+
+    sizes, seconds = policy_module.cost_profile_for(target, options.budget)
+    cost = CostModel(sizes, seconds)
+    memory = assistant.output_memory if options.output_memory else None
+    stats = GenerationStats()
+    device = input_ids.device
+    rows = [_Row(input_ids[b], int(mask[b].sum()), options.max_ngram) for b in range(input_ids.shape[0])]
+    live = list(range(len(rows)))
+    compactions = 0
+
+    t0 = time.perf_counter()
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = target(input_ids=input_ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
+    last = out.logits[:, -1].float()
+    if logits_processor is not None and len(logits_processor) > 0:
+        last = logits_processor(input_ids, last)
+    first = torch.multinomial(torch.softmax(last, -1), 1).squeeze(-1) if do_sample else last.argmax(-1)
+    stats.prefill_time_s += time.perf_counter() - t0
+    anchors = []
+    for b, row in enumerate(rows):
+        _commit_row(row, [int(first[b])], stopping_criteria)
+        anchors.append(row.tokens[-1])
+
+    while True:
+        keep = [j for j, b in enumerate(live) if not rows[b].done]
+        if not keep:
+            break
+        if len(keep) < len(live):  # finished rows leave the batch, with their cache rows
+            index = torch.tensor(keep, device=device)
+            cache.batch_select_indices(index)
+            mask = mask[index]
+            live, anchors = [live[j] for j in keep], [anchors[j] for j in keep]
+            first_col = int(mask.any(0).float().argmax())  # left padding no live row needs
+            if first_col > 0:
+                for layer in _cache_layers(cache):
+                    layer.keys, layer.values = layer.keys[:, :, first_col:], layer.values[:, :, first_col:]
+                mask = mask[:, first_col:]
+        t0 = time.perf_counter()
+        proposals, chosen = [], []
+        for b in live:
+            row = rows[b]
+            gamma = min(options.budget - 1, generation_config.max_length - row.prompt.numel() - len(row.tokens) - 1)
+            proposal = propose_ngram(row.index, memory, gamma) if gamma > 0 else None
+            candidates = [] if proposal is None else [Candidate("ngram", proposal.tokens, assistant.output_memory.accept_probs(proposal))]
+            tokens = best_candidate(candidates, cost.verify_costs(max(gamma, 1))).tokens if candidates else []
+            proposals.append(proposal)
+            chosen.append(list(tokens))
+        width = 1 + max(len(c) for c in chosen)
+        feed = torch.full((len(live), width), pad_id, dtype=input_ids.dtype, device=device)
+        new_cols = torch.zeros(len(live), width, dtype=mask.dtype, device=device)
+        for j, (anchor, drafts) in enumerate(zip(anchors, chosen)):
+            feed[j, : 1 + len(drafts)] = torch.tensor([anchor] + drafts, dtype=feed.dtype)
+            new_cols[j, : 1 + len(drafts)] = 1
+        starts = torch.tensor([rows[b].real - 1 for b in live], device=device)
+        positions = starts[:, None] + torch.arange(width, device=device)[None]
+        full = torch.cat([mask, new_cols], dim=1)
+        t1 = time.perf_counter()
+        stats.draft_time_s += t1 - t0
+        out = target(input_ids=feed, attention_mask=full, position_ids=positions, cache=cache, use_cache=True)
+        logits = out.logits.float()
+        kept = torch.zeros_like(new_cols)
+        for j, b in enumerate(live):
+            row, drafts = rows[b], chosen[j]
+            rowlogits = _process(logits_processor, row, drafts, logits[j, : 1 + len(drafts)])
+            accepted, token = _verify_row(rowlogits, drafts, do_sample)
+            kept[j, : 1 + accepted] = 1  # the anchor and the accepted drafts are now in the cache
+            committed = _commit_row(row, drafts[:accepted] + [token], stopping_criteria)
+            anchors[j] = row.tokens[-1]
+            if proposals[j] is not None and drafts:
+                assistant.output_memory.observe(proposals[j], verified=len(drafts), accepted=accepted)
+            stats.record_round(accepted=accepted, committed=committed, drafted=len(drafts))
+        stats.verify_time_s += time.perf_counter() - t1
+        mask = torch.cat([mask, kept], dim=1)
+        used = int(mask.any(0).nonzero().max()) + 1  # trailing columns no live row keeps
+        if used < mask.shape[1]:
+            crop_columns(cache, used)
+            mask = mask[:, :used]
+        if float((mask == 0).float().mean()) > COMPACT_SHARE:
+            index, mask = compact_layout(mask)
+            gather_columns(cache, index)
+            compactions += 1
+    if memory is not None:
+        for row in rows:
+            memory.add_sequence(row.ids()[row.prompt.numel() - (row.real - len(row.tokens)) :].tolist())
+    stats.cost_model = cost.summary(options.budget - 1) | {"batch_rows": len(rows), "compactions": compactions}
+    assistant.generation_stats = stats
+    generated = max(len(row.tokens) for row in rows)
+    sequences = torch.full((len(rows), input_ids.shape[1] + generated), pad_id, dtype=input_ids.dtype, device=device)
+    for b, row in enumerate(rows):
+        sequences[b, : input_ids.shape[1] + len(row.tokens)] = row.ids()
+    if generation_config.return_dict_in_generate:
+        return GenerateDecoderOnlyOutput(sequences=sequences, past_key_values=cache)
+    return sequences
+
+
+def _commit_row(row: _Row, tokens: list[int], stopping_criteria) -> int:
+    """Append ``tokens`` to the row one at a time, stopping at the first where a criterion fires
+    (the row is then done); returns how many were committed."""
+    n = 0
+    for t in tokens:
+        row.tokens.append(t)
+        row.real += 1
+        row.index.extend([t])
+        n += 1
+        if bool(stopping_criteria(row.ids()[None], None).all()):
+            row.done = True
+            break
+    return n

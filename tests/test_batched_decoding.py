@@ -1,0 +1,152 @@
+"""Several prompts at once: every row of a left-padded batch equals transformers' batched plain decoding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import hf_jetspec.generation.batched_decoding as bd
+from hf_jetspec import DrafterFreeAssistant, DrafterFreeConfig
+from hf_jetspec.tools.testing import tiny_llama, tiny_qwen2
+
+ROWS = [[5, 6, 7, 8, 5, 6, 7, 8, 5, 6], [9, 3, 3, 9, 3, 3, 9], [4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4], [7, 1], [11, 12, 13, 11, 12]]
+
+
+def left_padded(rows, pad=0):
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for b, r in enumerate(rows):
+        ids[b, width - len(r):] = torch.tensor(r)
+        mask[b, width - len(r):] = 1
+    return ids, mask
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def target(request):
+    return tiny_llama() if request.param == "llama" else tiny_qwen2()
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_every_row_is_batched_plain_decoding(target, compact, monkeypatch):
+    """fp32, greedy: the whole output tensor equals transformers' batched greedy output with the same
+    padding, rows proposing and accepting different counts; compacting the cache every round changes nothing."""
+    if compact:
+        monkeypatch.setattr(bd, "COMPACT_SHARE", 0.0)
+    ids, mask = left_padded(ROWS)
+    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40, pad_token_id=0)
+    assistant = DrafterFreeAssistant.for_target(target, DrafterFreeConfig(budget=8))
+    out = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40, assistant_model=assistant, pad_token_id=0)
+    assert torch.equal(out, ref)
+    stats = assistant.generation_stats
+    assert stats.tau > 1.3  # the repetitive rows accepted drafts: the loop did speculate
+    assert len(set(stats.accepted_lengths)) > 1  # rows accepted different counts in their rounds
+
+
+def test_rows_that_stop_early_leave_the_batch_and_are_padded_as_transformers_pads_them(target):
+    ids, mask = left_padded(ROWS)
+    free = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=30, pad_token_id=0)
+    generated = free[:, ids.shape[1]:].tolist()
+    # an EOS token that one row writes early and another never writes: a batch with both kinds of rows
+    eos = next(t for row in generated for t in row[2:12] if any(t not in other for other in generated))
+    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=30, pad_token_id=0, eos_token_id=eos)
+    assistant = DrafterFreeAssistant.for_target(target)
+    out = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=30, pad_token_id=0, eos_token_id=eos,
+                          assistant_model=assistant)
+    assert torch.equal(out, ref)
+    ended = [bool((row == eos).any()) for row in ref[:, ids.shape[1]:]]
+    assert any(ended) and not all(ended)  # rows that stopped early (then padded) beside rows that ran to the limit
+
+
+def test_bad_batches_get_clear_errors():
+    target = tiny_llama()
+    assistant = DrafterFreeAssistant.for_target(target)
+    ids, mask = left_padded(ROWS[:2])
+    right = mask.flip(-1)
+    with pytest.raises(ValueError, match="left padding"):
+        target.generate(ids.flip(-1), attention_mask=right, assistant_model=assistant, max_new_tokens=4, pad_token_id=0)
+    gap = mask.clone()
+    gap[0, -3] = 0
+    with pytest.raises(ValueError, match="gap inside a row"):
+        target.generate(ids, attention_mask=gap, assistant_model=assistant, max_new_tokens=4, pad_token_id=0)
+    with pytest.raises(ValueError, match="one mask entry per token"):
+        bd.check_left_padded(ids, mask[:, 1:])
+
+
+def test_a_sliding_window_target_is_refused_by_name():
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    cfg = MistralConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, sliding_window=8)
+    target = MistralForCausalLM(cfg).eval()
+    ids, mask = left_padded([[5, 6, 7, 8, 9, 10, 11, 12, 13, 14], [3, 4]])
+    with pytest.raises(ValueError, match="dynamic full-attention cache"):
+        target.generate(ids, attention_mask=mask, assistant_model=DrafterFreeAssistant.for_target(target), max_new_tokens=4,
+                        pad_token_id=0)
+
+
+def test_compact_layout_on_hand_numbers():
+    index, new = bd.compact_layout(torch.tensor([[0, 1, 0, 1, 1], [1, 1, 1, 0, 1]]))
+    assert index.tolist() == [[0, 1, 3, 4], [0, 1, 2, 4]] and new.tolist() == [[0, 1, 1, 1], [1, 1, 1, 1]]
+
+
+def test_verify_row_greedy_on_hand_numbers():
+    logits = torch.tensor([[0.0, 5.0, 0.0], [0.0, 0.0, 5.0], [5.0, 0.0, 0.0]])
+    assert bd._verify_row(logits, [1, 2], do_sample=False) == (2, 0)  # both drafts are the argmax; bonus 0
+    assert bd._verify_row(logits, [1, 0], do_sample=False) == (1, 2)  # the second is not: the target's token 2
+
+
+# ------------------------------------------------------------------------------------------ sampling law at batch 2
+def _law_target():
+    from test_sampling_exactness import small_target
+
+    return small_target()
+
+
+def test_sampling_follows_the_targets_law_row_by_row_at_batch_2(monkeypatch):
+    """Each row of a batch of two, sampled with n-gram point-mass proposals, follows the exact law of
+    its own first tokens; a verifier that draws the correction from p (not p without the rejected
+    draft) is caught by the same test."""
+    from test_sampling_exactness import NEW, SAMPLES, chi2_pvalue, exact_joint
+
+    import test_sampling_exactness as se
+
+    target = _law_target()
+    rows = [[1, 3, 0, 2, 1, 3, 0], [2, 2, 1, 2, 2]]
+    ids, mask = left_padded(rows, pad=0)
+    laws = []
+    for r in rows:
+        monkeypatch.setattr(se, "PROMPT", torch.tensor([r]))
+        laws.append(exact_joint(target, []))
+
+    def counts(verify=None):
+        if verify is not None:
+            monkeypatch.setattr(bd, "_verify_row", verify)
+        assistant = DrafterFreeAssistant.for_target(target, DrafterFreeConfig(budget=3, output_memory=False))
+        torch.manual_seed(99)
+        found = [{}, {}]
+        drafted = 0
+        for _ in range(SAMPLES):
+            out = target.generate(ids, attention_mask=mask, assistant_model=assistant, do_sample=True, max_new_tokens=NEW,
+                                  min_new_tokens=NEW, pad_token_id=0)
+            drafted += sum(assistant.generation_stats.drafted_lengths)
+            for b in range(2):
+                key = tuple(out[b, ids.shape[1]:].tolist())
+                found[b][key] = found[b].get(key, 0) + 1
+        assert drafted > SAMPLES  # rounds did verify proposals
+        return found
+
+    right = counts()
+    assert min(chi2_pvalue(laws[b], right[b]) for b in range(2)) > 1e-3
+
+    def from_p(logits, drafts, do_sample):
+        for j, d in enumerate(drafts):
+            p = torch.softmax(logits[j].float(), -1)
+            if float(torch.rand(())) < float(p[d]):
+                continue
+            return j, int(torch.multinomial(p, 1))  # wrong: d may be drawn again
+        return len(drafts), int(torch.multinomial(torch.softmax(logits[len(drafts)].float(), -1), 1))
+
+    wrong = counts(from_p)
+    assert min(chi2_pvalue(laws[b], wrong[b]) for b in range(2)) < 1e-6
