@@ -276,3 +276,20 @@ def test_regeneration_profile_shares_on_hand_numbers():
     assert got["kinds"] == {"matrix products": 0.6, "attention": 0.2, "copies": 0.1, "other": 0.1}
     assert got["operators"] == [{"name": "aten::mm", "share": 0.6, "calls": 3, "ms_per_call": 0.2},
                                 {"name": "aten::_scaled_dot_product_flash_attention_for_cpu", "share": 0.2, "calls": 2, "ms_per_call": 0.1}]
+
+
+def test_bench_batches_rows_in_file_order_and_says_what_cannot_batch(tmp_path):
+    """--batch-size 2 over 3 items: batches [0, 1] and [2]; the drafter-free rows equal transformers'
+    batched plain rows; methods that cannot run on several rows say why instead of running."""
+    from hf_jetspec.tools.bench import BenchConfig, run_bench
+
+    cfg = BenchConfig(prompts="humaneval", limit=3, max_new_tokens=24, methods=("ar", "prompt-lookup", "drafter-free", "jetspec"),
+                      warmup_tokens=4, output=str(tmp_path / "b.json"), dtype="float32", batch_size=2)
+    run_bench(cfg, progress=False)
+    saved = json.loads((tmp_path / "b.json").read_text())
+    m = saved["methods"]
+    assert saved["config"]["batch_size"] == 2 and saved["config"]["num_items"] == 3
+    assert len(m["ar"]["outputs"]) == len(m["drafter-free"]["outputs"]) == 3
+    assert m["drafter-free"]["exact_match_vs_ar"] == 1.0 and m["drafter-free"]["tokens_per_s"] > 0 and m["drafter-free"]["tau"] >= 1.0
+    assert "refuses more than one row" in m["prompt-lookup"]["unavailable"] and "not built yet" in m["jetspec"]["unavailable"]
+    assert "tokens_per_s" not in m["prompt-lookup"]

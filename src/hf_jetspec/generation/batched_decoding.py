@@ -16,8 +16,10 @@ row at the end of the cache are cropped at once; when holes pass ``COMPACT_SHARE
 cache is compacted (each row's real columns gathered, left-padded, into a new cache). Rows that
 finish (EOS, stop strings, length) leave the batch at the end of their round, their cache rows with
 them, and the left padding no live row needs is cut. The alternatives: cropping every row to the
-shortest accepted count would re-verify the longer rows' tokens; compacting every round copies the
-whole cache every round (``benchmarks/batched_cache.py`` measures both on the target).
+shortest accepted count would throw away the longer rows' accepted tokens and verify them again;
+compacting every round copies the whole cache every round. A batch's statistics
+(``generation_stats.cost_model``) count its compactions, and ``hf-jetspec bench --batch-size B``
+measures the loop against transformers' batched plain decoding.
 
 The output is what transformers' batched plain decoding returns for the same left-padded input:
 ``[B, P + G]``, each row its prompt (with its padding), its tokens up to and including the one where

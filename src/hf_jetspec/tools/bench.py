@@ -76,6 +76,14 @@ JETSPEC_VARIANTS = {
 }
 DRAFTER_FREE_VARIANTS = ("drafter-free", "drafter-free-tree")
 METHODS = ("ar", "prompt-lookup", *DRAFTER_FREE_VARIANTS, *JETSPEC_VARIANTS, "assisted", "hf-dflash")
+# what runs on several rows at once; the rest say why not in the result (``unavailable``)
+BATCH_METHODS = ("ar", "drafter-free")
+BATCH_UNAVAILABLE = {
+    "prompt-lookup": "transformers' prompt lookup refuses more than one row (assisted generate is only supported for batch_size = 1)",
+    "assisted": "transformers' assisted generation refuses more than one row",
+    "hf-dflash": "transformers' DFlash generation runs one row at a time",
+    "drafter-free-tree": "batched rounds verify chains (trees run one row at a time)",
+}
 DEFAULT_ASSISTANTS = {"qwen2.5-coder-1.5b": "qwen2.5-coder-0.5b"}
 
 
@@ -114,6 +122,7 @@ class BenchConfig:
     learn_steps: int = 4  # jetspec-online: optimizer steps after each item
     learn_share: float | None = None  # jetspec-online: instead, learning time as this share of its generation time
     learn_lr: float = 1e-4  # jetspec-online: learning rate
+    batch_size: int = 1  # prompts per generate call, grouped in file order and left-padded (methods: BATCH_METHODS)
 
     def __post_init__(self):
         self.methods = tuple(self.methods)
@@ -122,6 +131,8 @@ class BenchConfig:
             raise ValueError(f"unknown method(s) {sorted(unknown)}; choose from {METHODS}")
         if self.max_new_tokens < 1:
             raise ValueError("max_new_tokens must be >= 1")
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
         if ("jetspec-baseline" in self.methods) != (self.baseline_drafter is not None):
             raise ValueError("the jetspec-baseline method and --baseline-drafter go together: give both or neither")
 
@@ -381,6 +392,92 @@ def _use_method(setup: BenchSetup, config: BenchConfig, name: str) -> dict:
     if name == "hf-dflash":
         return {"assistant_model": setup.dflash_assistant, "speculation_type": "dflash"}
     return {}
+
+
+def left_pad(rows: list[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts ``[1, n_i]`` as one left-padded batch: ``(input_ids, attention_mask)``.
+
+    >>> ids, mask = left_pad([torch.tensor([[5, 6]]), torch.tensor([[7]])], 0)
+    >>> ids.tolist(), mask.tolist()
+    ([[5, 6], [0, 7]], [[1, 1], [0, 1]])
+    """
+    width = max(r.shape[1] for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=rows[0].dtype)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, r in enumerate(rows):
+        ids[b, width - r.shape[1]:] = r[0]
+        mask[b, width - r.shape[1]:] = 1
+    return ids, mask
+
+
+def row_tokens(generated: list[int], eos: set[int]) -> list[int]:
+    """A batch row's own tokens: up to and including its first EOS (the padding after it dropped).
+
+    >>> row_tokens([4, 9, 2, 0, 0], {2})
+    [4, 9, 2]
+    """
+    for i, t in enumerate(generated):
+        if t in eos:
+            return generated[: i + 1]
+    return generated
+
+
+def run_batched(setup: BenchSetup, config: BenchConfig, progress: bool = True) -> dict[str, MethodRecord]:
+    """``run_methods`` for ``config.batch_size`` > 1: the items in file order, ``batch_size`` at a time,
+    left-padded into one ``generate`` call per method (rotating order, after an untimed warm-up on the
+    first batch). Each row is recorded as its own item (its tokens up to its EOS, its output, its share
+    of the call's seconds by tokens), so ``tokens_per_s`` is the throughput across the batch and
+    ``exact_match_vs_ar`` compares row by row with transformers' batched plain decoding."""
+    from tqdm.auto import tqdm
+
+    target, device = setup.target, setup.target.device
+    methods = [m for m in config.methods if m in BATCH_METHODS]
+    for name in config.methods:
+        if name not in BATCH_METHODS:
+            setup.extra.setdefault(name, {})["unavailable"] = BATCH_UNAVAILABLE.get(
+                name, "batched rounds with a drafter are not built yet: run it with --batch-size 1")
+    eos_id = target.generation_config.eos_token_id
+    eos = set(eos_id if isinstance(eos_id, (list, tuple)) else [eos_id]) - {None}
+    pad = setup.tokenizer.pad_token_id if setup.tokenizer.pad_token_id is not None else next(iter(eos), 0)
+    batches = [setup.items[i : i + config.batch_size] for i in range(0, len(setup.items), config.batch_size)]
+
+    def run_one(name, batch, seed, max_new_tokens):
+        ids, mask = left_pad([item[1] for item in batch], pad)
+        kwargs = {**setup.gen_kwargs, "max_new_tokens": max_new_tokens, "pad_token_id": pad, **_use_method(setup, config, name)}
+        torch.manual_seed(seed)
+        with PeakMemory(device) as mem:
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                out = target.generate(ids.to(device), attention_mask=mask.to(device), **kwargs)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            elapsed = time.perf_counter() - t0
+        rows = [row_tokens(out[b, ids.shape[1]:].tolist(), eos) for b in range(len(batch))]
+        return rows, elapsed, mem.peak_mb
+
+    for name in methods:
+        run_one(name, batches[0], config.seed, config.warmup_tokens)
+    for memory in setup.memories.values():
+        memory.clear()
+    records = {name: MethodRecord(name) for name in methods}
+    bar = tqdm(total=len(batches) * len(methods), desc=f"bench, batches of {config.batch_size}", disable=not progress)
+    for i, batch in enumerate(batches):
+        order = methods[i % len(methods) :] + methods[: i % len(methods)]
+        for name in order:
+            rows, elapsed, peak = run_one(name, batch, config.seed + i, config.max_new_tokens)
+            rec = records[name]
+            total = max(sum(map(len, rows)), 1)
+            for tokens in rows:
+                rec.tokens.append(len(tokens))
+                rec.seconds.append(elapsed * len(tokens) / total)
+                rec.outputs.append(tokens)
+            rec.peak_memory_mb = max(rec.peak_memory_mb, peak)
+            if name in DRAFTER_FREE_VARIANTS:
+                _add_generation_stats(rec, setup.drafter_free[name].generation_stats)
+            bar.update(1)
+            bar.set_postfix_str(f"batch {i + 1} {name} {total / elapsed:.1f} tok/s")
+    bar.close()
+    return records
 
 
 def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True, deadline: float | None = None) -> dict[str, MethodRecord]:
@@ -685,7 +782,7 @@ def run_bench(config: BenchConfig, progress: bool = True) -> dict:
     tie = {}
     if score and setup.target.dtype != torch.float32 and config.tie_margin_items > 0:
         tie = measure_tie_margin(setup.target, setup.tokenizer, config)  # before the timed runs: fails fast
-    records = run_methods(setup, config, progress)
+    records = run_methods(setup, config, progress) if config.batch_size == 1 else run_batched(setup, config, progress)
     numerics = {**tie, "methods": score_divergences(config, setup, records, tie)} if score else None
     result = summarise(config, setup, records, numerics)
     if config.output:

@@ -123,6 +123,7 @@ def cmd_bench(args) -> int:
         policy=args.policy == "on",
         tie_margin_items=args.tie_margin_items,
         fp32_head=args.fp32_head,
+        batch_size=args.batch_size,
         tree=args.tree,
         tree_top_k=args.tree_top_k,
         baseline_drafter=args.baseline_drafter,
@@ -355,6 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--learn-share", type=float, default=None,
                        help="jetspec-online: keep learning time at this share of its generation time instead (steps then cap it)")
     bench.add_argument("--learn-lr", type=float, default=1e-4, help="jetspec-online: learning rate")
+    bench.add_argument("--batch-size", type=int, default=1,
+                       help="prompts per generate call, grouped in file order and left-padded (ar and drafter-free; the other "
+                            "methods record why they cannot run on several rows)")
     bench.add_argument("--output", default=None, help="OUT.json (a plot OUT.png is saved beside it)")
     bench.set_defaults(func=cmd_bench)
 
