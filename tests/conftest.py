@@ -63,6 +63,7 @@ def fixed_costs(request, monkeypatch):
         return [1, 2, 16, 32], [0.010, 0.011, 0.012, 0.013]
 
     monkeypatch.setattr(policy, "cost_profile_for", profile)
+    monkeypatch.setattr(policy, "batch_cost_profile_for", lambda target, n, rows: profile(target, n))
     monkeypatch.setattr(td, "cost_profile_for", profile)
     monkeypatch.setattr(CostModel, "observe_verify", lambda self, n, seconds: None)
     monkeypatch.setattr(CostModel, "observe_draft", lambda self, passes, seconds: None)

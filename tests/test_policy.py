@@ -421,3 +421,25 @@ def test_a_sampled_fit_is_stored_beside_the_greedy_one_and_used_only_when_sampli
     (tmp_path / SAMPLED_ACCEPTANCE_CALIBRATION_NAME).unlink()
     plain = JetSpecDrafter.from_pretrained(tmp_path)
     assert assistant_for(plain).sampled_acceptance_model is None and assistant_for(plain).acceptance_model_for(True).weights == greedy.weights
+
+
+def test_a_batch_width_is_chosen_for_all_rows_from_the_batch_price():
+    from hf_jetspec.policy import choose_batch_width, expected_committed
+
+    # two rows: E = [1, 1.9, 2.7] and [1, 1.2]; a wider forward of the batch costs 1.0 / 1.1 / 1.3
+    assert choose_batch_width([[1, 1.9, 2.7], [1, 1.2]], [1.0, 1.1, 1.3]).length == 2  # 3.9 / 1.3 = 3.0 beats 3.1 / 1.1
+    assert choose_batch_width([[1, 1.9, 2.7], [1, 1.2]], [1.0, 1.1, 2.0]).length == 1  # the wide forward is dear here
+    assert choose_batch_width([[1.0], [1.0]], [1.0]).length == 0  # nothing proposed: a plain step for every row
+    assert choose_batch_width([expected_committed([0.1]), expected_committed([0.1])], [1.0, 1.5]).length == 0  # not worth it
+
+
+@pytest.mark.measured_costs
+def test_the_batch_cost_profile_is_measured_once_per_row_count():
+    from hf_jetspec.policy import batch_cost_profile_for, cost_profile_for
+    from hf_jetspec.tools.testing import tiny_llama
+
+    target = tiny_llama()
+    sizes, seconds = batch_cost_profile_for(target, 8, rows=3)
+    assert sizes == [1, 2, 4, 8] and len(seconds) == 4 and all(s > 0 for s in seconds)
+    assert batch_cost_profile_for(target, 8, rows=3) is batch_cost_profile_for(target, 8, rows=3)  # kept, not measured again
+    assert batch_cost_profile_for(target, 8, rows=1) == cost_profile_for(target, 8)  # one row is the one-row profile

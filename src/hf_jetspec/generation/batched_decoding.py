@@ -2,9 +2,11 @@
 
 ``target.generate(input_ids, attention_mask=mask, assistant_model=DrafterFreeAssistant...)`` with
 several left-padded rows runs this loop: every round each live row gets its own proposal (its n-gram
-continuation, else a match in the assistant's output memory, as chain rounds choose one row at a
-time), the target verifies every row in one forward of ``[B, W]`` tokens (``W`` = 1 + the longest
-proposal; shorter rows padded), and each row commits its own accepted prefix and the target's token
+continuation, else a match in the assistant's output memory, priced by the running acceptance of
+such proposals), one width ``W`` is chosen for the batch from what a forward of that many rows costs
+on this machine (:func:`~hf_jetspec.policy.batch_cost_profile_for`, measured once per row count, and
+:func:`~hf_jetspec.policy.choose_batch_width`; ``W = 1`` is a plain step for every row), the target
+verifies every row in one forward of ``[B, W]`` tokens (shorter proposals padded), and each row commits its own accepted prefix and the target's token
 after it: greedy exact match, or under sampling the point-mass rule (accept ``d`` with ``p(d)``,
 otherwise draw from ``p`` without ``d``), which is the target's law row by row.
 
@@ -32,7 +34,7 @@ import time
 
 import torch
 
-from ..policy import Candidate, CostModel, NgramIndex, best_candidate, propose_ngram
+from ..policy import CostModel, NgramIndex, choose_batch_width, expected_committed, propose_ngram
 from .stats import GenerationStats
 
 COMPACT_SHARE = 0.5  # compact the cache when this share of its columns are holes
@@ -161,8 +163,12 @@ def batched_decoding(target, input_ids, logits_processor, stopping_criteria, gen
     pad_id = int(pad) if pad is not None else 0
     from .. import policy as policy_module
 
-    sizes, seconds = policy_module.cost_profile_for(target, options.budget)
-    cost = CostModel(sizes, seconds)
+    models: dict[int, CostModel] = {}  # per live-row count: what a forward of rows x tokens costs here
+
+    def cost_for(rows_live: int) -> CostModel:
+        if rows_live not in models:
+            models[rows_live] = CostModel(*policy_module.batch_cost_profile_for(target, options.budget, rows_live))
+        return models[rows_live]
     memory = assistant.output_memory if options.output_memory else None
     stats = GenerationStats()
     device = input_ids.device
@@ -198,15 +204,22 @@ def batched_decoding(target, input_ids, logits_processor, stopping_criteria, gen
                     layer.keys, layer.values = layer.keys[:, :, first_col:], layer.values[:, :, first_col:]
                 mask = mask[:, first_col:]
         t0 = time.perf_counter()
-        proposals, chosen = [], []
+        proposals, offered, expected = [], [], []
         for b in live:
             row = rows[b]
             gamma = min(options.budget - 1, generation_config.max_length - row.prompt.numel() - len(row.tokens) - 1)
             proposal = propose_ngram(row.index, memory, gamma) if gamma > 0 else None
-            candidates = [] if proposal is None else [Candidate("ngram", proposal.tokens, assistant.output_memory.accept_probs(proposal))]
-            tokens = best_candidate(candidates, cost.verify_costs(max(gamma, 1))).tokens if candidates else []
+            tokens = [] if proposal is None else list(proposal.tokens[:gamma])
+            probs = [] if proposal is None else assistant.output_memory.accept_probs(proposal)[: len(tokens)]
             proposals.append(proposal)
-            chosen.append(list(tokens))
+            offered.append(tokens)
+            expected.append(expected_committed(probs))
+        # one width for the batch: the cap on every row's proposal with the most expected tokens across
+        # the rows per second, at what a forward of this many rows costs (plain steps for all: 0)
+        cost = cost_for(len(live))
+        top = max(len(t) for t in offered)
+        cap = choose_batch_width(expected, cost.verify_costs(top)).length if top else 0
+        chosen = [t[:cap] for t in offered]
         width = 1 + max(len(c) for c in chosen)
         feed = torch.full((len(live), width), pad_id, dtype=input_ids.dtype, device=device)
         new_cols = torch.zeros(len(live), width, dtype=mask.dtype, device=device)
@@ -231,7 +244,9 @@ def batched_decoding(target, input_ids, logits_processor, stopping_criteria, gen
             if proposals[j] is not None and drafts:
                 assistant.output_memory.observe(proposals[j], verified=len(drafts), accepted=accepted)
             stats.record_round(accepted=accepted, committed=committed, drafted=len(drafts))
-        stats.verify_time_s += time.perf_counter() - t1
+        elapsed = time.perf_counter() - t1
+        stats.verify_time_s += elapsed
+        cost.observe_verify(width, elapsed)
         mask = torch.cat([mask, kept], dim=1)
         used = int(mask.any(0).nonzero().max()) + 1  # trailing columns no live row keeps
         if used < mask.shape[1]:
@@ -244,7 +259,8 @@ def batched_decoding(target, input_ids, logits_processor, stopping_criteria, gen
     if memory is not None:
         for row in rows:
             memory.add_sequence(row.ids()[row.prompt.numel() - (row.real - len(row.tokens)) :].tolist())
-    stats.cost_model = cost.summary(options.budget - 1) | {"batch_rows": len(rows), "compactions": compactions}
+    stats.cost_model = {"batch_rows": len(rows), "compactions": compactions,
+                        "by_rows": {n: m.summary(options.budget - 1) for n, m in sorted(models.items())}}
     assistant.generation_stats = stats
     generated = max(len(row.tokens) for row in rows)
     sequences = torch.full((len(rows), input_ids.shape[1] + generated), pad_id, dtype=input_ids.dtype, device=device)

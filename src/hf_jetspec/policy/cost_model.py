@@ -127,13 +127,14 @@ class CostModel:
 
 
 @torch.no_grad()
-def profile_forward_cost(target, sizes: Sequence[int], context: int = 64, repeats: int = 5) -> list[float]:
-    """Median seconds of a target forward of ``n`` tokens over a ``context``-token KV cache, per size."""
+def profile_forward_cost(target, sizes: Sequence[int], context: int = 64, repeats: int = 5, rows: int = 1) -> list[float]:
+    """Median seconds of a target forward of ``n`` tokens over a ``context``-token KV cache, per size
+    (``rows`` sequences at once: a batch's forward of ``rows x n`` tokens)."""
     from transformers import DynamicCache
 
     vocab = target.config.get_text_config().vocab_size
     gen = torch.Generator().manual_seed(0)
-    prefix = torch.randint(0, vocab, (1, context), generator=gen).to(target.device)
+    prefix = torch.randint(0, vocab, (rows, context), generator=gen).to(target.device)
     cache = DynamicCache(config=target.config)
     target(input_ids=prefix, cache=cache, use_cache=True)
 
@@ -141,8 +142,8 @@ def profile_forward_cost(target, sizes: Sequence[int], context: int = 64, repeat
         extra = cache.get_seq_length() - context
         if extra > 0:
             cache.crop(-extra)
-        block = torch.randint(0, vocab, (1, int(n)), generator=gen).to(target.device)
-        positions = torch.arange(context, context + int(n), device=target.device)[None]
+        block = torch.randint(0, vocab, (rows, int(n)), generator=gen).to(target.device)
+        positions = torch.arange(context, context + int(n), device=target.device)[None].expand(rows, -1)
         t0 = time.perf_counter()
         target(input_ids=block, cache=cache, use_cache=True, position_ids=positions)
         if target.device.type == "cuda":
@@ -159,6 +160,22 @@ def profile_forward_cost(target, sizes: Sequence[int], context: int = 64, repeat
 
 
 _PROFILES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def batch_cost_profile_for(target, max_tokens: int, rows: int) -> tuple[list[int], list[float]]:
+    """:func:`cost_profile_for` for a batch of ``rows`` sequences: what a forward of ``rows x n``
+    tokens costs here (measured once per target, device, dtype and row count), the prices a batched
+    round's width is chosen from. One row is the one-row profile itself."""
+    if rows <= 1:
+        return cost_profile_for(target, max_tokens)
+    sizes = sorted({n for n in (1, 2, 4, 8, 12, 16, 24, 32) if n <= max_tokens} | {max_tokens})
+    key = (str(target.device), str(target.dtype), int(rows))
+    known = _PROFILES.setdefault(target, {})
+    entry = known.get(key)
+    if entry is None or max(entry[0]) < max_tokens:
+        entry = (sizes, profile_forward_cost(target, sizes, rows=rows, repeats=3))
+        known[key] = entry
+    return entry
 
 
 def cost_profile_for(target, max_tokens: int) -> tuple[list[int], list[float]]:

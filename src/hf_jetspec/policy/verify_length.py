@@ -86,3 +86,23 @@ def best_rate(expected: Sequence[float], verify_costs: Sequence[float], draft_co
         if choice.rate > best.rate * (1 + 1e-9):
             best = choice
     return best
+
+
+def choose_batch_width(expected: Sequence[Sequence[float]], verify_costs: Sequence[float]) -> VerifyChoice:
+    """A batch round's common cap ``L``: every row verifies ``min(L, n_b)`` of its proposal, in one
+    forward of ``L + 1`` tokens a row, priced ``verify_costs[L]`` for the whole batch. ``expected[b]``
+    is row ``b``'s ``[E(0), .., E(n_b)]`` (:func:`expected_committed`). Returns the ``L`` with the most
+    expected committed tokens across the rows per second (``expected_tokens`` summed over rows);
+    ties to the shorter, ``L = 0`` a plain step for every row.
+
+    >>> choose_batch_width([[1, 1.9, 2.7], [1, 1.2]], [1.0, 1.1, 1.3]).length
+    2
+    >>> choose_batch_width([[1, 1.9, 2.7], [1, 1.2]], [1.0, 1.1, 2.0]).length
+    1
+    """
+    if not expected:
+        return best_rate([1.0], verify_costs)
+    top = max(len(e) - 1 for e in expected)
+    # per row on average (a plain step commits 1 a row, as best_rate prices L = 0): the same argmax as the sum
+    means = [sum(e[min(L, len(e) - 1)] for e in expected) / len(expected) for L in range(min(top, len(verify_costs) - 1) + 1)]
+    return best_rate(means, verify_costs)
