@@ -40,6 +40,15 @@ from .stats import GenerationStats
 COMPACT_SHARE = 0.5  # compact the cache when this share of its columns are holes
 
 
+def row_bucket(rows: int) -> int:
+    """The power of two at or above ``rows``: batched rounds price a batch at its bucket's profile.
+
+    >>> [row_bucket(n) for n in (1, 2, 3, 5, 8)]
+    [1, 2, 4, 8, 8]
+    """
+    return 1 << max(int(rows) - 1, 0).bit_length()
+
+
 def check_left_padded(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
     """The batch's attention mask, checked: left padding only (a row's real tokens are contiguous and
     end at the last column), the shape of the ids. Rows of one length need no mask."""
@@ -125,6 +134,7 @@ def _process(processors, row: _Row, drafts: list[int], logits: torch.Tensor) -> 
     """Row ``j`` of ``logits`` processed with the row's sequence and its first ``j`` drafts as input ids."""
     if processors is None or len(processors) == 0:
         return logits
+    logits = logits.float()  # processors see float32 scores, as in transformers' own loop
     return torch.cat([processors(row.ids(drafts[:j])[None], logits[j : j + 1]) for j in range(logits.shape[0])])
 
 
@@ -163,12 +173,14 @@ def batched_decoding(target, input_ids, logits_processor, stopping_criteria, gen
     pad_id = int(pad) if pad is not None else 0
     from .. import policy as policy_module
 
-    models: dict[int, CostModel] = {}  # per live-row count: what a forward of rows x tokens costs here
+    # what a forward of rows x tokens costs here, per bucket of live rows (powers of two, each priced at
+    # its top: a few profiles per process, all measured before the first round, none inside a later call)
+    models: dict[int, CostModel] = {}
+    for bucket in {row_bucket(n) for n in range(1, input_ids.shape[0] + 1)}:
+        models[bucket] = CostModel(*policy_module.batch_cost_profile_for(target, options.budget, bucket))
 
     def cost_for(rows_live: int) -> CostModel:
-        if rows_live not in models:
-            models[rows_live] = CostModel(*policy_module.batch_cost_profile_for(target, options.budget, rows_live))
-        return models[rows_live]
+        return models[row_bucket(rows_live)]
     memory = assistant.output_memory if options.output_memory else None
     stats = GenerationStats()
     device = input_ids.device
@@ -232,7 +244,7 @@ def batched_decoding(target, input_ids, logits_processor, stopping_criteria, gen
         t1 = time.perf_counter()
         stats.draft_time_s += t1 - t0
         out = target(input_ids=feed, attention_mask=full, position_ids=positions, cache=cache, use_cache=True)
-        logits = out.logits.float()
+        logits = out.logits  # in the target's dtype: an argmax needs no upcast, a sampled row is upcast when read
         kept = torch.zeros_like(new_cols)
         for j, b in enumerate(live):
             row, drafts = rows[b], chosen[j]
