@@ -210,9 +210,9 @@ configs:
 
 # {m.target} answers (hf_jetspec regeneration corpus)
 
-The target's own answers to training prompts, kept as token ids: what
-[hf_jetspec](https://github.com/hf-jetspec/hf_jetspec) trains its drafters on. The target's features
-are recomputed from these ids during training, so the corpus is all a training run needs.
+The target's own answers to training prompts, kept as token ids: what hf_jetspec trains its
+drafters on. The target's features are recomputed from these ids during training, so the corpus is
+all a training run needs.
 
 | | |
 | --- | --- |
