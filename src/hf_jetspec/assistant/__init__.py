@@ -3,5 +3,6 @@ and foresight, below the generation loop)."""
 
 from .assistant import JetSpecAssistant, assistant_for
 from .drafter_free import DrafterFreeAssistant, DrafterFreeConfig
+from .lm_source import LMChain, LMSource, LMSourceConfig
 
-__all__ = ["DrafterFreeAssistant", "DrafterFreeConfig", "JetSpecAssistant", "assistant_for"]
+__all__ = ["DrafterFreeAssistant", "DrafterFreeConfig", "JetSpecAssistant", "LMChain", "LMSource", "LMSourceConfig", "assistant_for"]

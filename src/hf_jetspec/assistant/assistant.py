@@ -5,7 +5,8 @@ drafting step. What a ``generate`` call needs beside them lives here, one floor 
 
 - the round policy's acceptance calibrations (greedy and sampled), loaded from the drafter's folder;
 - the output memory (earlier outputs and the running acceptance of n-gram proposals);
-- a foresight adapter and its calibration, when attached.
+- a foresight adapter and its calibration, when attached;
+- a small language model proposing chains beside the drafter, when attached (:mod:`.lm_source`).
 
 ``target.generate(..., assistant_model=drafter)`` composes the assistant of ``drafter`` on first use
 (:func:`assistant_for`) and keeps it for the drafter's lifetime, so a drafter loaded with
@@ -23,6 +24,7 @@ import threading
 from ..drafter.hub_files import companion_file
 from ..drafter.modeling_drafter import JetSpecDrafter
 from ..foresight import ForesightCalibration, load_foresight
+from .lm_source import LMSource, LMSourceConfig
 from ..policy import AcceptanceModel, OutputMemory
 from ..policy.acceptance import ACCEPTANCE_CALIBRATION_NAME, SAMPLED_ACCEPTANCE_CALIBRATION_NAME
 
@@ -53,6 +55,18 @@ class JetSpecAssistant:
         self.output_memory = output_memory if output_memory is not None else OutputMemory()
         self.foresight = None  # (adapter, calibration) from attach_foresight
         self.online_learner = None  # an OnlineLearner from learn_online
+        self.lm_source = None  # an LMSource from attach_lm_source
+
+    def attach_lm_source(self, lm_source, config: LMSourceConfig | None = None) -> LMSource | None:
+        """Propose chains from a small causal LM beside the drafter and the n-grams (:mod:`hf_jetspec.assistant.lm_source`).
+
+        ``lm_source``: an :class:`~hf_jetspec.assistant.LMSource`, or a causal LM with the target's
+        tokenizer (wrapped with ``config``; its restricted head keeps the drafter's draft vocabulary
+        first), or None to detach. ``generate`` checks it against the target on every call."""
+        if lm_source is not None and not isinstance(lm_source, LMSource):
+            lm_source = LMSource(lm_source, config, preferred_ids=self.drafter.draft_vocab_ids)
+        self.lm_source = lm_source
+        return lm_source
 
     # ------------------------------------------------------------------ online learning
     def learn_online(self, config=None, target=None, buffer=None):
@@ -91,9 +105,14 @@ class JetSpecAssistant:
             return assistant
 
     @classmethod
-    def from_pretrained(cls, name_or_path, **kwargs) -> "JetSpecAssistant":
-        """``JetSpecDrafter.from_pretrained(name_or_path, **kwargs)`` and the calibrations saved beside it."""
-        return cls.for_drafter(JetSpecDrafter.from_pretrained(name_or_path, **kwargs))
+    def from_pretrained(cls, name_or_path, lm_source=None, lm_source_config: LMSourceConfig | None = None, **kwargs) -> "JetSpecAssistant":
+        """``JetSpecDrafter.from_pretrained(name_or_path, **kwargs)`` and the calibrations saved beside
+        it; ``lm_source``: a small causal LM (or :class:`~hf_jetspec.assistant.LMSource`) to propose
+        chains beside the drafter (:meth:`attach_lm_source`)."""
+        assistant = cls.for_drafter(JetSpecDrafter.from_pretrained(name_or_path, **kwargs))
+        if lm_source is not None:
+            assistant.attach_lm_source(lm_source, lm_source_config)
+        return assistant
 
     def save_pretrained(self, save_directory, *args, **kwargs) -> None:
         """The drafter's folder (``JetSpecDrafter.save_pretrained``, same arguments) with the fitted

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..policy import OutputMemory
+from .lm_source import LMSource, LMSourceConfig
 
 
 @dataclass(frozen=True)
@@ -66,13 +67,27 @@ class DrafterFreeAssistant:
         output_memory: the :class:`~hf_jetspec.policy.OutputMemory` shared by its calls (default: a new one).
     """
 
-    def __init__(self, target_config, config: DrafterFreeConfig | None = None, output_memory: OutputMemory | None = None):
+    def __init__(self, target_config, config: DrafterFreeConfig | None = None, output_memory: OutputMemory | None = None,
+                 lm_source=None):
         if getattr(target_config, "is_encoder_decoder", False):
             raise ValueError("DrafterFreeAssistant serves decoder-only targets; this one is an encoder-decoder")
         self.config = target_config
         self.drafting_config = config if config is not None else DrafterFreeConfig()
         self.output_memory = output_memory if output_memory is not None else OutputMemory()
         self.generation_stats = None  # the statistics of the latest generate call
+        self.lm_source = None
+        self.attach_lm_source(lm_source)
+
+    def attach_lm_source(self, lm_source, config: LMSourceConfig | None = None) -> LMSource | None:
+        """Propose chains from a small causal LM beside the n-grams (:mod:`hf_jetspec.assistant.lm_source`):
+        an :class:`~hf_jetspec.assistant.LMSource`, a causal LM with the target's tokenizer (wrapped
+        with ``config``), or None to detach. Chain rounds only (``DrafterFreeConfig.tree`` refuses it)."""
+        if lm_source is not None and not isinstance(lm_source, LMSource):
+            lm_source = LMSource(lm_source, config)
+        if lm_source is not None and self.drafting_config.tree:
+            raise ValueError("DrafterFreeConfig(tree=True) verifies n-gram tries only; an LM source runs with chain rounds (tree=False)")
+        self.lm_source = lm_source
+        return lm_source
 
     @classmethod
     def for_target(cls, target, config: DrafterFreeConfig | None = None, **kwargs) -> "DrafterFreeAssistant":

@@ -75,6 +75,10 @@ class DraftingConfig:
             their path is accepted) with the most expected tokens per second; without it (or with a
             static shape) every round verifies the full tree. Foresight, context refreshes and
             ``record_acceptance`` run in chain rounds: asking for them runs chains, with one log line.
+        tree_nodes: the most nodes a tree round of the round policy may verify (None: ``budget - 1``).
+            Depth stays at most ``budget - 1``; the node count actually verified is still the one
+            with the most expected tokens per second under the measured costs, which are profiled
+            up to ``tree_nodes + 1`` tokens, so a larger value only lets wider trees compete.
         tree_max_temperature: under sampling, tree rounds run only up to this temperature and
             chains above it (None: trees at every temperature). Sampled trees draw each node from
             ``q``; where ``q`` alone carries long runs, the chain's cheaper round wins (the shipped
@@ -140,6 +144,7 @@ class DraftingConfig:
     int8: bool = False
     tree: str | list[int] | None = None
     tree_top_k: int = 8
+    tree_nodes: int | None = None
     tree_branches: int = 0
     tree_jacobi_passes: int | None = None
     tree_max_temperature: float | None = None
@@ -192,6 +197,8 @@ class DraftingConfig:
             raise ValueError(f"tree_max_context must be None or an int >= 1, got {self.tree_max_context!r}")
         if not isinstance(self.tree_top_k, int) or self.tree_top_k < 1:
             raise ValueError(f"tree_top_k must be an int >= 1, got {self.tree_top_k!r}")
+        if self.tree_nodes is not None and (isinstance(self.tree_nodes, bool) or not isinstance(self.tree_nodes, int) or self.tree_nodes < 1):
+            raise ValueError(f"tree_nodes must be None or an int >= 1, got {self.tree_nodes!r}")
         if not isinstance(self.tree_branches, int) or not 0 <= self.tree_branches < self.tree_top_k:
             raise ValueError(f"tree_branches must be an int in 0..tree_top_k - 1 ({self.tree_top_k - 1}), got {self.tree_branches!r}")
         if self.context_window is not None:
@@ -246,6 +253,11 @@ class DraftingConfig:
     def effective_context_window(self) -> int | None:
         """``context_window`` where it applies (not in foresight rounds, which read the whole context)."""
         return None if self.needs_foresight_models else self.context_window
+
+    @property
+    def tree_node_budget(self) -> int:
+        """The most nodes a policy tree round may verify: ``tree_nodes``, else ``budget - 1``."""
+        return self.budget - 1 if self.tree_nodes is None else self.tree_nodes
 
     @property
     def tree_passes(self) -> int:

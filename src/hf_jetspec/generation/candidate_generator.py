@@ -9,6 +9,7 @@ import torch
 from transformers.generation.candidate_generator import CandidateGenerator
 
 from ..assistant import assistant_for
+from ..assistant.lm_source import LM_SOURCE, check_lm_source, propose_priced
 from ..drafter.drafter_cache import gather_pending, trim_pending
 from ..drafter.drafting_config import check_context_window
 from ..drafter.jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
@@ -80,6 +81,8 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self._pending_ctx: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.recorder = None  # set by the seam when an online learner records this call
         self.policy = options.uses_policy
+        if assistant.lm_source is not None and not self.policy:
+            raise ValueError("an LM source is priced by the round policy: set drafting_config.policy=True (the default) to use one")
         if options.needs_foresight_models:
             self._init_foresight(target)
         if self.policy:
@@ -124,6 +127,10 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         self._last_ids = None
         self._record = None
         self._drafted_raw = None  # the raw conditional estimates of this round's drafted block
+        self.lm = self.assistant.lm_source
+        self._lm_chain = None  # this round's LM chain
+        if self.lm is not None:
+            check_lm_source(target, self.lm.model)
 
     def _foresight_job(self, *args, ready=None, **kwargs):
         t0 = time.perf_counter()
@@ -428,6 +435,17 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             probs = self.assistant.output_memory.accept_probs(proposal)
             candidates.append(Candidate("ngram", proposal.tokens, probs))
             free_rate = max(free_rate, choose_verify_length(probs, costs).rate)
+        self._lm_chain = None
+        if self.lm is not None:
+            t_lm = time.perf_counter()
+            self._lm_chain, lm_probs = propose_priced(self.lm, input_ids[0], gamma, self.assistant.output_memory.node_calibration, costs,
+                                                      self.assistant.output_memory.draft_gate("lm"), free_rate,
+                                                      proposal.tokens if proposal is not None else ())
+            self.stats.lm_time_s += time.perf_counter() - t_lm
+            if self._lm_chain is not None and self._lm_chain.tokens:
+                self.stats.lm_tokens += len(self._lm_chain.tokens)
+                candidates.append(Candidate("lm", self._lm_chain.tokens, lm_probs))
+                free_rate = max(free_rate, choose_verify_length(lm_probs, costs).rate)
         record = opts.record_acceptance
         passes_cost = self.cost.draft_cost(1 + opts.num_jacobi_passes)
         self.gate.limit_probe_cost(passes_cost, costs[0])
@@ -479,6 +497,10 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         choice, proposal = self._last_choice
         if choice.source == "ngram" and proposal is not None:
             self.assistant.output_memory.observe(proposal, verified=self._proposed, accepted=accepted)
+        if choice.source == "lm" and self._lm_chain is not None:
+            self.assistant.output_memory.node_calibration.observe_chain(LM_SOURCE, self._lm_chain.probs[: self._proposed], accepted)
+            self.stats.lm_nodes += self._proposed
+            self.stats.lm_accepted += accepted
         if choice.source == "drafter" and self._drafted_raw is not None:
             self.assistant.output_memory.node_calibration.observe_chain(CHAIN_SOURCE, self._drafted_raw[: self._proposed], accepted)
         if self._record is not None:

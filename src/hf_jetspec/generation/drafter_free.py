@@ -18,6 +18,7 @@ import torch
 from transformers.generation.candidate_generator import CandidateGenerator
 
 from ..policy import Candidate, CostModel, NgramIndex, best_candidate, propose_ngram
+from ..assistant.lm_source import LM_SOURCE, check_lm_source, propose_priced
 from .sampled_drafting import point_mass_logits
 from .stats import GenerationStats
 
@@ -43,6 +44,9 @@ class DrafterFreeCandidateGenerator(CandidateGenerator):
         self.cost = CostModel(sizes, seconds)
         self.index = NgramIndex(max_ngram=options.max_ngram)
         self.memory = assistant.output_memory if options.output_memory else None
+        self.lm = getattr(assistant, "lm_source", None)
+        if self.lm is not None:
+            check_lm_source(target, self.lm.model)
         self.stats = GenerationStats()
         self._prefill = True  # the first verification forward is the prompt's
         self._choice = None  # (proposal, verified length) of the round under verification
@@ -56,13 +60,23 @@ class DrafterFreeCandidateGenerator(CandidateGenerator):
         gamma = min(self.options.budget - 1, self.max_length - input_ids.shape[1] - 1)
         tokens: list[int] = []
         self._choice = None
+        lm_chain = None
         if not self._prefill and gamma > 0:
             costs = self.cost.verify_costs(gamma)
             proposal = propose_ngram(self.index, self.memory, gamma)
             candidates = [] if proposal is None else [Candidate("ngram", proposal.tokens, self.assistant.output_memory.accept_probs(proposal))]
+            if self.lm is not None:
+                free_rate = best_candidate(candidates, costs).choice.rate
+                lm_chain, lm_probs = propose_priced(self.lm, input_ids[0], gamma, self.assistant.output_memory.node_calibration, costs,
+                                                    self.assistant.output_memory.draft_gate("lm"), free_rate,
+                                                    proposal.tokens if proposal is not None else ())
+                if lm_chain is not None and lm_chain.tokens:
+                    self.stats.lm_time_s += lm_chain.seconds
+                    self.stats.lm_tokens += len(lm_chain.tokens)
+                    candidates.append(Candidate("lm", lm_chain.tokens, lm_probs))
             choice = best_candidate(candidates, costs)
             tokens = choice.tokens
-            self._choice = (proposal, len(tokens)) if tokens else None
+            self._choice = (choice.source, proposal if choice.source == "ngram" else lm_chain, len(tokens)) if tokens else None
             self.stats.chosen_lengths.append(len(tokens))
             self.stats.round_sources.append(choice.source)
         logits = None
@@ -82,13 +96,18 @@ class DrafterFreeCandidateGenerator(CandidateGenerator):
             self.stats.prefill_time_s += elapsed
             return
         accepted = int(num_matches)
-        proposed = self._choice[1] if self._choice is not None else 0
+        proposed = self._choice[2] if self._choice is not None else 0
         self.stats.verify_time_s += elapsed
         self.stats.record_round(accepted=accepted, committed=accepted + 1, drafted=proposed)
         self.cost.observe_verify(proposed + 1, elapsed)
         if self._choice is not None:
-            proposal, verified = self._choice
-            self.assistant.output_memory.observe(proposal, verified=verified, accepted=accepted)
+            source, proposal, verified = self._choice
+            if source == "lm":
+                self.assistant.output_memory.node_calibration.observe_chain(LM_SOURCE, proposal.probs[:verified], accepted)
+                self.stats.lm_nodes += verified
+                self.stats.lm_accepted += accepted
+            else:
+                self.assistant.output_memory.observe(proposal, verified=verified, accepted=accepted)
         self._last_ids = input_ids
 
     def close(self) -> GenerationStats:

@@ -51,6 +51,10 @@ class GenerationStats:
     drafted_lengths: list[int] = field(default_factory=list)  # per round: draft tokens (tree nodes) verified
     sampled_drafts: int = 0  # drafter blocks drawn from q under sampling (verified with min(1, p/q))
     grafted_nodes: int = 0  # tree rounds with the policy: n-gram nodes verified inside drafted trees
+    lm_time_s: float = 0.0  # an LM source's time proposing chains (inside draft_time_s)
+    lm_tokens: int = 0  # tokens the LM source proposed
+    lm_nodes: int = 0  # of those, verified
+    lm_accepted: int = 0  # of those, accepted
 
     @property
     def hit_rate(self) -> float | None:

@@ -25,6 +25,7 @@ from ..assistant import assistant_for
 from ..drafter.drafter_cache import gather_pending, trim_pending
 from ..drafter.drafting_config import check_context_window
 from ..drafter.jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
+from ..assistant.lm_source import LM_SOURCE, check_lm_source, propose_priced
 from .sampled_drafting import Proposal, make_proposal, row_pure
 from .stats import GenerationStats
 from ..policy import (
@@ -261,7 +262,8 @@ class TreeRoundPolicy:
     def __init__(self, target, assistant, options, sampling: bool = False):
         self.options = options
         self.assistant = assistant
-        sizes, seconds = cost_profile_for(target, options.budget)
+        self.nodes = options.tree_node_budget
+        sizes, seconds = cost_profile_for(target, self.nodes + 1)
         self.cost = CostModel(sizes, seconds)
         self.gate = assistant.output_memory.draft_gate("tree")
         self.index = NgramIndex(max_ngram=options.max_ngram)
@@ -271,6 +273,28 @@ class TreeRoundPolicy:
         self._proposal = None
         self._ngram_nodes: list[int] = []
         self._scored: list[tuple[float, int]] = []  # (raw score, node) of the verified drafter nodes
+        self.lm = getattr(assistant, "lm_source", None)
+        self.stats = None  # the call's GenerationStats (set by the loop): the LM source's counts go there
+        if self.lm is not None:
+            check_lm_source(target, self.lm.model)
+        self._lm_chain = None  # this round's LM chain (raw probabilities) and its nodes in the tree
+        self._lm_nodes: list[int] = []
+
+    def _lm_propose(self, input_ids, max_depth: int, costs, free_rate: float):
+        """The LM source's chain for this round, as long as another token pays (:func:`worth_another_token`);
+        returns ``(tokens, calibrated conditionals)`` or None."""
+        if self.lm is None or max_depth < 1:
+            return None
+        seed = self._proposal.tokens if self._proposal is not None else ()
+        chain, calibrated = propose_priced(self.lm, input_ids[0], max_depth, self.calibration, costs,
+                                           self.assistant.output_memory.draft_gate("lm"), free_rate, seed)
+        if chain is None:
+            return None
+        if self.stats is not None:
+            self.stats.lm_time_s += chain.seconds
+            self.stats.lm_tokens += len(chain.tokens)
+        self._lm_chain = chain
+        return chain.tokens, calibrated
 
     def plan(self, input_ids, max_depth: int, draft, before_draft=None):
         """This round's tree and its source (``"plain"``, ``"ngram"`` or ``"drafter"``).
@@ -280,14 +304,21 @@ class TreeRoundPolicy:
         cache up to date first (rows of earlier plain rounds are paid once, not per pass)."""
         opts = self.options
         self.index.extend(input_ids[0, len(self.index.tokens) :].tolist())
-        costs = self.cost.verify_costs(opts.budget - 1)
+        costs = self.cost.verify_costs(self.nodes)
         proposal = propose_ngram(self.index, self.memory, max_depth) if max_depth > 0 and (opts.ngram or opts.ngram_seed) else None
         chain, free = [], choose_verify_length([], costs)
         if proposal is not None and opts.ngram:
             probs = self.assistant.output_memory.accept_probs(proposal)
             chain = [(proposal.tokens, probs)]
             free = choose_verify_length(probs, costs)
-        self._proposal, self._ngram_nodes, self._scored = proposal, [], []
+        self._proposal, self._ngram_nodes, self._scored, self._lm_chain, self._lm_nodes = proposal, [], [], None, []
+        lm_chain = self._lm_propose(input_ids, max_depth, costs, free.rate)
+        if lm_chain is not None:
+            if not chain:  # keep the n-gram chain first: the policy's bookkeeping reads chain 0 as the n-gram's
+                chain = [([], [])]
+            chain.append(lm_chain)
+            lm_free = choose_verify_length(lm_chain[1], costs)
+            free = lm_free if lm_free.rate > free.rate else free
         self.from_chain: list[bool] = []  # per node of the planned tree: taken for the n-gram chain
         # a drafter pass (and its branch pass) costs at most a small share of the time between probes
         self.gate.limit_probe_cost(self.cost.draft_cost(1 + opts.tree_passes), costs[0])
@@ -304,7 +335,7 @@ class TreeRoundPolicy:
                 flat = b_probs.reshape(-1, b_probs.shape[-1])
                 b_table = self.acceptance.accept_probs(node_features(flat, torch.zeros(flat.shape[0], dtype=torch.bool)))
                 branches = (b_ids, b_table.reshape(b_probs.shape))
-            ranked = ranked_tree(topk.ids[:max_depth], table[:max_depth], opts.budget - 1,
+            ranked = ranked_tree(topk.ids[:max_depth], table[:max_depth], self.nodes,
                                  None if branches is None else (branches[0][:, : max_depth - 1], branches[1][:, : max_depth - 1]), chain)
             # expected acceptance of each node's path: the drafter's nodes through the running calibration
             # of their scores, the n-gram chain's as estimated (running rates per position already)
@@ -315,12 +346,22 @@ class TreeRoundPolicy:
             self.gate.observe(value, free.rate)
             if chain:
                 self._ngram_nodes = [i for i in ranked.chain_nodes[0] if i < choice.length]
+                self._lm_nodes = [i for i in ranked.chain_nodes[1] if i < choice.length] if len(chain) > 1 else []
             n = choice.length
             self._scored = [(s, i) for i, (s, ngram) in enumerate(zip(ranked.scores[:n], ranked.from_chain[:n])) if not ngram]
             self.from_chain = list(ranked.from_chain[:n])
             return truncate_tree(ranked.tree, n), "drafter"
         if max_depth > 0:
             self.gate.skipped()
+        if lm_chain is not None:  # no drafter pass: a tree of the n-gram and LM chains
+            empty = torch.zeros(max_depth, 0)
+            ranked = ranked_tree(empty.long(), empty, self.nodes, None, chain)
+            choice = choose_tree_size(ranked.scores, costs)
+            n = choice.length
+            self._ngram_nodes = [i for i in ranked.chain_nodes[0] if i < n]
+            self._lm_nodes = [i for i in ranked.chain_nodes[1] if i < n]
+            self.from_chain = list(ranked.from_chain[:n])
+            return truncate_tree(ranked.tree, n), ("plain" if n == 0 else "lm")
         if free.length == 0:
             return truncate_tree(chain_tree([]), 0), "plain"
         self._ngram_nodes = list(range(free.length))
@@ -335,11 +376,17 @@ class TreeRoundPolicy:
         if self._proposal is not None and self._ngram_nodes:
             hits = len(set(accepted) & set(self._ngram_nodes))
             self.assistant.output_memory.observe(self._proposal, verified=len(self._ngram_nodes), accepted=hits)
+        if self._lm_chain is not None and self._lm_nodes:  # the chain's nodes form one path: its accepted ones are a prefix
+            hits = len(set(accepted) & set(self._lm_nodes))
+            self.calibration.observe_chain(LM_SOURCE, self._lm_chain.probs[: len(self._lm_nodes)], hits)
+            if self.stats is not None:
+                self.stats.lm_nodes += len(self._lm_nodes)
+                self.stats.lm_accepted += hits
 
     def close(self, sequence: torch.Tensor, stats: GenerationStats) -> None:
         if self.memory is not None:
             self.memory.add_sequence(sequence.tolist())
-        stats.cost_model = self.cost.summary(self.options.budget - 1) | {"node_calibration": self.calibration.table()}
+        stats.cost_model = self.cost.summary(self.nodes) | {"node_calibration": self.calibration.table()}
 
 
 @torch.no_grad()
@@ -371,6 +418,10 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
     device = input_ids.device
     k = max(options.tree_top_k, max(options.tree) if isinstance(options.tree, (list, tuple)) else 1)
     policy = TreeRoundPolicy(target, assistant, options, sampling) if options.policy and options.tree == "auto" else None  # static shapes stay static
+    if policy is not None:
+        policy.stats = stats
+    elif getattr(assistant, "lm_source", None) is not None:
+        raise ValueError("an LM source needs the round policy with tree='auto' (or chain rounds): fixed tree shapes have no place for it")
     pending = []  # verified states the drafter cache has not taken yet (with the policy, it takes them when it drafts)
 
     window = options.effective_context_window

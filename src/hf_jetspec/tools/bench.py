@@ -73,6 +73,8 @@ JETSPEC_VARIANTS = {
     "jetspec-compiled": {"compile": True},  # drafting through the compiled static-shape step
     "jetspec-int8": {"compile": True, "int8": True},  # the compiled step with int8 products
     "jetspec-online": {},  # the bench's jetspec options on its own drafter copy, learning after every item
+    "jetspec-lm": {},  # the bench's jetspec options with the --lm-source model proposing chains beside the drafter
+    "jetspec-wide": {"tree_nodes": 32},  # policy trees may verify up to 32 nodes (the cost model still picks the count)
 }
 DRAFTER_FREE_VARIANTS = ("drafter-free", "drafter-free-tree")
 METHODS = ("ar", "prompt-lookup", *DRAFTER_FREE_VARIANTS, *JETSPEC_VARIANTS, "assisted", "hf-dflash")
@@ -123,6 +125,9 @@ class BenchConfig:
     learn_share: float | None = None  # jetspec-online: instead, learning time as this share of its generation time
     learn_lr: float = 1e-4  # jetspec-online: learning rate
     batch_size: int = 1  # prompts per generate call, grouped in file order and left-padded (methods: BATCH_METHODS)
+    lm_source: str | None = None  # jetspec-lm: the small LM (an embedded name or a path); default: the target's default assistant
+    lm_int8: bool | None = None  # jetspec-lm: LMSourceConfig.int8 (None: on the CPU)
+    lm_head_vocab: int | None = None  # jetspec-lm: LMSourceConfig.head_vocab (None: the whole head)
 
     def __post_init__(self):
         self.methods = tuple(self.methods)
@@ -261,6 +266,7 @@ class BenchSetup:
     online_config: object = None  # jetspec-online: its OnlineLearningConfig
     online: object = None  # jetspec-online: its own drafter, with an online learner
     memories: dict = field(default_factory=dict)
+    lm_source: object = None  # jetspec-lm: its LMSource
 
 
 def load_bench(config: BenchConfig) -> BenchSetup:
@@ -322,11 +328,23 @@ def load_bench(config: BenchConfig) -> BenchSetup:
                 extra[name]["adapter"] = str(config.adapter or Path(adapter).relative_to(Path(adapter).parents[1]))
                 extra[name]["calibrated"] = assistant_for(drafter).foresight[1] is not None
     if "assisted" in config.methods:
-        name = config.assistant or DEFAULT_ASSISTANTS.get(config.target)
+        name = config.assistant or config.lm_source or DEFAULT_ASSISTANTS.get(config.target)
         if name is None:
             raise ValueError(f"no default assistant model for {config.target!r}: pass --assistant")
         assistant, _ = load_target(name, device=device, dtype=target.dtype)
         extra["assisted"] = {"assistant": name, "assistant_params_mb": _param_mb(assistant)}
+    lm_source = None
+    if "jetspec-lm" in config.methods:
+        from ..assistant import LMSource, LMSourceConfig
+
+        name = config.lm_source or DEFAULT_ASSISTANTS.get(config.target)
+        if name is None:
+            raise ValueError(f"jetspec-lm needs a small LM with the target's tokenizer: pass --lm-source (none is known for {config.target!r})")
+        lm, lm_tokenizer = load_target(name, device=device, dtype=target.dtype)
+        lm_config = LMSourceConfig(int8=config.lm_int8, head_vocab=config.lm_head_vocab)
+        lm_source = LMSource.for_target(target, lm, lm_config, preferred_ids=drafter.draft_vocab_ids, target_tokenizer=tokenizer,
+                                        lm_tokenizer=lm_tokenizer)
+        extra["jetspec-lm"] |= {"lm_source": name, "lm_source_config": asdict(lm_source.config), "lm_params_mb": _param_mb(lm)}
     if "prompt-lookup" in config.methods:
         extra["prompt-lookup"] = {"prompt_lookup_num_tokens": config.prompt_lookup_tokens}
     drafter_free = {}
@@ -352,7 +370,7 @@ def load_bench(config: BenchConfig) -> BenchSetup:
         gen_kwargs.update(temperature=config.temperature, top_k=0, top_p=config.top_p)
     else:
         gen_kwargs.update(temperature=None, top_k=None, top_p=None)
-    setup = BenchSetup(target, tokenizer, items, gen_kwargs, extra, drafter, assistant, dflash, baseline, drafter_free)
+    setup = BenchSetup(target, tokenizer, items, gen_kwargs, extra, drafter, assistant, dflash, baseline, drafter_free, lm_source=lm_source)
     if "jetspec-online" in variants:
         from ..training.online import OnlineLearningConfig
 
@@ -384,6 +402,7 @@ def _use_method(setup: BenchSetup, config: BenchConfig, name: str) -> dict:
         drafter = _drafter_of(setup, name)
         drafter.drafting_config = DraftingConfig(**setup.extra[name]["drafting_config"])
         assistant_for(drafter).output_memory = setup.memories.setdefault(name, OutputMemory())  # no variant learns from another's outputs
+        assistant_for(drafter).lm_source = setup.lm_source if name == "jetspec-lm" else None
         return {"assistant_model": drafter}
     if name in DRAFTER_FREE_VARIANTS:
         return {"assistant_model": setup.drafter_free[name]}

@@ -107,6 +107,9 @@ def cmd_bench(args) -> int:
         methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()),
         drafter=args.drafter,
         assistant=args.assistant,
+        lm_source=args.lm_source,
+        lm_int8=args.lm_int8,
+        lm_head_vocab=args.lm_head_vocab,
         temperature=args.temperature,
         top_p=args.top_p,
         jacobi_passes=args.jacobi_passes,
@@ -335,7 +338,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="tree verification for every jetspec method (default: the drafter's own drafting_config)")
     bench.add_argument("--tree-top-k", type=int, default=None,
                        help="candidates per depth a tree may branch into (default: the drafter's drafting_config)")
-    bench.add_argument("--assistant", default=None, help="assistant model for 'assisted' (default: the 0.5B model for qwen2.5-coder-1.5b)")
+    bench.add_argument("--assistant", default=None, help="assistant model for 'assisted' (default: --lm-source, else the 0.5B model for qwen2.5-coder-1.5b)")
+    bench.add_argument("--lm-source", default=None,
+                       help="jetspec-lm: the small LM proposing chains beside the drafter (an embedded name or a path; default as --assistant)")
+    bench.add_argument("--lm-int8", default=None, type=lambda v: {"on": True, "off": False}[v], choices=[True, False],
+                       metavar="{on,off}", help="jetspec-lm: int8 products in the LM (default: on the CPU)")
+    bench.add_argument("--lm-head-vocab", type=int, default=None, help="jetspec-lm: rows of the LM's restricted head (default: the whole head)")
     bench.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     bench.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (with --temperature > 0)")
     bench.add_argument("--jacobi-passes", type=int, default=None)
