@@ -33,6 +33,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 REAL_TO_TINY = {
     "hub_cards/jetspec-smollm2-135m-foresight-layerskip": "{layerskip}",
     "hub_cards/jetspec-smollm2-135m": "{drafter}",
+    "hub_cards/jetspec-qwen2.5-coder-1.5b": "{drafter}",
     "path/to/dflash-or-muse-glimmer-folder": "{dflash}",
     '"0-9,20-27"': '"0-1"',  # a layer subset of SmolLM2's 30 layers -> of the tiny target's 4
     "max_new_tokens=256": "max_new_tokens=12",

@@ -435,17 +435,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             probs = self.assistant.output_memory.accept_probs(proposal)
             candidates.append(Candidate("ngram", proposal.tokens, probs))
             free_rate = max(free_rate, choose_verify_length(probs, costs).rate)
-        self._lm_chain = None
-        if self.lm is not None:
-            t_lm = time.perf_counter()
-            self._lm_chain, lm_probs = propose_priced(self.lm, input_ids[0], gamma, self.assistant.output_memory.node_calibration, costs,
-                                                      self.assistant.output_memory.draft_gate("lm"), free_rate,
-                                                      proposal.tokens if proposal is not None else ())
-            self.stats.lm_time_s += time.perf_counter() - t_lm
-            if self._lm_chain is not None and self._lm_chain.tokens:
-                self.stats.lm_tokens += len(self._lm_chain.tokens)
-                candidates.append(Candidate("lm", self._lm_chain.tokens, lm_probs))
-                free_rate = max(free_rate, choose_verify_length(lm_probs, costs).rate)
+        self._lm_chain, lm_seed = None, proposal.tokens if proposal is not None else ()
         record = opts.record_acceptance
         passes_cost = self.cost.draft_cost(1 + opts.num_jacobi_passes)
         self.gate.limit_probe_cost(passes_cost, costs[0])
@@ -464,12 +454,21 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             value = choose_verify_length(probs, costs, draft_cost=passes_cost, min_length=1).rate
             self.gate.observe(value, free_rate)
             candidates.append(Candidate("drafter", draft.tolist(), probs))
+            lm_seed = draft.tolist()  # the LM continues the drafter's argmax block where it agrees
             if record:  # calibration rounds verify the whole drafted block
                 self._record = AcceptanceRecord(features.tolist(), accepted=0, verified=draft.numel())
                 return self._take(self._drawn(RoundChoice("drafter", draft.tolist(), VerifyChoice(draft.numel(), 1.0, 1.0)), q), proposal)
         else:
             self.gate.skipped()
             q = None
+        if self.lm is not None:
+            t_lm = time.perf_counter()
+            self._lm_chain, lm_probs = propose_priced(self.lm, input_ids[0], gamma, self.assistant.output_memory.node_calibration, costs,
+                                                      self.assistant.output_memory.draft_gate("lm"), free_rate, lm_seed)
+            self.stats.lm_time_s += time.perf_counter() - t_lm
+            if self._lm_chain is not None and self._lm_chain.tokens:
+                self.stats.lm_tokens += len(self._lm_chain.tokens)
+                candidates.append(Candidate("lm", self._lm_chain.tokens, lm_probs))
         return self._take(self._drawn(best_candidate(candidates, costs), q), proposal)
 
     def _drawn(self, choice, q):

@@ -280,12 +280,11 @@ class TreeRoundPolicy:
         self._lm_chain = None  # this round's LM chain (raw probabilities) and its nodes in the tree
         self._lm_nodes: list[int] = []
 
-    def _lm_propose(self, input_ids, max_depth: int, costs, free_rate: float):
+    def _lm_propose(self, input_ids, max_depth: int, costs, free_rate: float, seed=()):
         """The LM source's chain for this round, as long as another token pays (:func:`worth_another_token`);
         returns ``(tokens, calibrated conditionals)`` or None."""
         if self.lm is None or max_depth < 1:
             return None
-        seed = self._proposal.tokens if self._proposal is not None else ()
         chain, calibrated = propose_priced(self.lm, input_ids[0], max_depth, self.calibration, costs,
                                            self.assistant.output_memory.draft_gate("lm"), free_rate, seed)
         if chain is None:
@@ -312,13 +311,16 @@ class TreeRoundPolicy:
             chain = [(proposal.tokens, probs)]
             free = choose_verify_length(probs, costs)
         self._proposal, self._ngram_nodes, self._scored, self._lm_chain, self._lm_nodes = proposal, [], [], None, []
-        lm_chain = self._lm_propose(input_ids, max_depth, costs, free.rate)
-        if lm_chain is not None:
-            if not chain:  # keep the n-gram chain first: the policy's bookkeeping reads chain 0 as the n-gram's
-                chain = [([], [])]
-            chain.append(lm_chain)
-            lm_free = choose_verify_length(lm_chain[1], costs)
-            free = lm_free if lm_free.rate > free.rate else free
+        ngram_free, lm_chain = free, None
+
+        def add_lm(seed):  # the LM's chain (continuing ``seed`` where it agrees) as the second grafted chain
+            nonlocal chain, free, lm_chain
+            lm_chain = self._lm_propose(input_ids, max_depth, costs, ngram_free.rate, seed)
+            if lm_chain is not None:
+                chain = (chain or [([], [])]) + [lm_chain]  # chain 0 stays the n-gram's: the bookkeeping reads it so
+                lm_free = choose_verify_length(lm_chain[1], costs)
+                free = lm_free if lm_free.rate > free.rate else free
+
         self.from_chain: list[bool] = []  # per node of the planned tree: taken for the n-gram chain
         # a drafter pass (and its branch pass) costs at most a small share of the time between probes
         self.gate.limit_probe_cost(self.cost.draft_cost(1 + opts.tree_passes), costs[0])
@@ -329,6 +331,8 @@ class TreeRoundPolicy:
             seed = proposal.tokens if (proposal is not None and opts.ngram_seed) else []
             topk, branches, passes = draft(seed)
             self.cost.observe_draft(passes, time.perf_counter() - t0)
+            # the LM continues the drafter's argmax chain: one forward checks it, the LM's own forwards start where it disagrees
+            add_lm(topk.draft[:max_depth].tolist())
             table = self.acceptance.accept_probs(node_features(topk.probs, topk.agreed))
             if branches is not None:  # re-drafted subtrees: their own probabilities, never "agreed"
                 b_ids, b_probs = branches
@@ -343,7 +347,7 @@ class TreeRoundPolicy:
             expected = [s if ngram else d for s, d, ngram in zip(ranked.scores, drafted, ranked.from_chain)]
             choice = choose_tree_size(expected, costs)
             value = choose_tree_size(expected, costs, draft_cost=self.cost.draft_cost(passes), min_length=1).rate
-            self.gate.observe(value, free.rate)
+            self.gate.observe(value, ngram_free.rate)
             if chain:
                 self._ngram_nodes = [i for i in ranked.chain_nodes[0] if i < choice.length]
                 self._lm_nodes = [i for i in ranked.chain_nodes[1] if i < choice.length] if len(chain) > 1 else []
@@ -353,6 +357,7 @@ class TreeRoundPolicy:
             return truncate_tree(ranked.tree, n), "drafter"
         if max_depth > 0:
             self.gate.skipped()
+            add_lm(proposal.tokens if proposal is not None else ())
         if lm_chain is not None:  # no drafter pass: a tree of the n-gram and LM chains
             empty = torch.zeros(max_depth, 0)
             ranked = ranked_tree(empty.long(), empty, self.nodes, None, chain)
