@@ -15,9 +15,16 @@ from transformers.generation.logits_process import TemperatureLogitsWarper
 
 from hf_jetspec.assistant import DrafterFreeAssistant, LMSource, LMSourceConfig, assistant_for
 from hf_jetspec.policy import AcceptanceModel, OutputMemory
-from hf_jetspec.assistant.lm_source import check_lm_source, common_prefix_length, lm_head_ids, worth_another_token
+from hf_jetspec.assistant.lm_source import best_seed, check_lm_source, common_prefix_length, expected_run, lm_head_ids, worth_another_token
 
 EXACT = LMSourceConfig(head_vocab=None, int8=False, min_prob=0.0)  # the LM's own argmax, in its own dtype
+
+
+@pytest.fixture(autouse=True)
+def fixed_lm_cost(monkeypatch):
+    """An LM token costs 1 ms whatever the machine is doing (beside conftest's fixed verification
+    costs), so chain lengths, and the counts the tests assert, do not depend on the load."""
+    monkeypatch.setattr(LMSource, "_observe_token", lambda self, seconds: setattr(self, "token_seconds", 0.001))
 
 
 # ---------------------------------------------------------------------------- arithmetic
@@ -33,6 +40,15 @@ def test_another_token_pays_while_its_expected_saving_exceeds_its_cost():
     assert worth_another_token(0.19, 0.035, 0.19)
     assert not worth_another_token(0.18, 0.035, 0.19)
     assert not worth_another_token(1.0, 0.2, 0.19)  # an LM dearer than the target never pays
+
+
+def test_the_seed_is_the_proposal_with_the_most_expected_accepted_tokens():
+    assert expected_run([0.5, 0.5]) == 0.75 and expected_run([]) == 0.0
+    assert expected_run([1.0, 1.0, 0.0, 1.0]) == 2.0  # nothing after a certain rejection counts
+    # a short sure copy beats a long doubtful block: 0.9 + 0.81 = 1.71 against 0.5 + 0.25 + 0.125 = 0.875
+    assert best_seed([([1, 2], [0.9, 0.9]), ([3, 4, 5], [0.5, 0.5, 0.5])]) == [1, 2]
+    assert best_seed([([1], [0.3]), ([3, 4], [0.5, 0.5])]) == [3, 4]
+    assert best_seed([([], []), ([7], [0.1])]) == [7] and best_seed([]) == []
 
 
 def test_common_prefix_length():

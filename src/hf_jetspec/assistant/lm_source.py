@@ -105,6 +105,35 @@ def worth_another_token(expected_path: float, lm_token_s: float, step_s: float) 
     return expected_path * step_s > lm_token_s
 
 
+def expected_run(conditionals) -> float:
+    """Expected accepted tokens of a chain whose token ``i`` is accepted, given the ones before it,
+    with probability ``conditionals[i]``: ``sum_i prod_{j <= i} conditionals[j]``.
+
+    >>> expected_run([0.5, 0.5]), expected_run([])
+    (0.75, 0.0)
+    """
+    total, path = 0.0, 1.0
+    for c in conditionals:
+        path *= float(c)
+        total += path
+    return total
+
+
+def best_seed(seeds) -> list[int]:
+    """Of ``(tokens, conditionals)`` proposals, the tokens of the one with the most expected accepted
+    tokens (:func:`expected_run`; the first on ties): what the LM checks in its first forward.
+
+    >>> best_seed([([1, 2], [0.9, 0.9]), ([3, 4, 5], [0.5, 0.5, 0.5])])
+    [1, 2]
+    """
+    best, value = [], -1.0
+    for tokens, conditionals in seeds:
+        v = expected_run(list(conditionals)[: len(tokens)])
+        if len(tokens) and v > value:
+            best, value = [int(t) for t in tokens], v
+    return best
+
+
 def common_prefix_length(a: list[int], b: list[int]) -> int:
     """How many leading tokens ``a`` and ``b`` share.
 

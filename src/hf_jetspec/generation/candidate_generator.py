@@ -9,7 +9,7 @@ import torch
 from transformers.generation.candidate_generator import CandidateGenerator
 
 from ..assistant import assistant_for
-from ..assistant.lm_source import LM_SOURCE, check_lm_source, propose_priced
+from ..assistant.lm_source import LM_SOURCE, best_seed, check_lm_source, propose_priced
 from ..drafter.drafter_cache import gather_pending, trim_pending
 from ..drafter.drafting_config import check_context_window
 from ..drafter.jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
@@ -454,7 +454,8 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             value = choose_verify_length(probs, costs, draft_cost=passes_cost, min_length=1).rate
             self.gate.observe(value, free_rate)
             candidates.append(Candidate("drafter", draft.tolist(), probs))
-            lm_seed = draft.tolist()  # the LM continues the drafter's argmax block where it agrees
+            # the LM continues the likelier of the drafter's block and the n-gram continuation where it agrees
+            lm_seed = best_seed([(c.tokens, c.accept_probs) for c in candidates if c.source == "ngram"] + [(draft.tolist(), probs)])
             if record:  # calibration rounds verify the whole drafted block
                 self._record = AcceptanceRecord(features.tolist(), accepted=0, verified=draft.numel())
                 return self._take(self._drawn(RoundChoice("drafter", draft.tolist(), VerifyChoice(draft.numel(), 1.0, 1.0)), q), proposal)

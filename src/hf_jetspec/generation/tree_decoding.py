@@ -25,7 +25,7 @@ from ..assistant import assistant_for
 from ..drafter.drafter_cache import gather_pending, trim_pending
 from ..drafter.drafting_config import check_context_window
 from ..drafter.jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
-from ..assistant.lm_source import LM_SOURCE, check_lm_source, propose_priced
+from ..assistant.lm_source import LM_SOURCE, best_seed, check_lm_source, propose_priced
 from .sampled_drafting import Proposal, make_proposal, row_pure
 from .stats import GenerationStats
 from ..policy import (
@@ -331,9 +331,10 @@ class TreeRoundPolicy:
             seed = proposal.tokens if (proposal is not None and opts.ngram_seed) else []
             topk, branches, passes = draft(seed)
             self.cost.observe_draft(passes, time.perf_counter() - t0)
-            # the LM continues the drafter's argmax chain: one forward checks it, the LM's own forwards start where it disagrees
-            add_lm(topk.draft[:max_depth].tolist())
             table = self.acceptance.accept_probs(node_features(topk.probs, topk.agreed))
+            # the LM continues the likelier of the drafter's argmax chain and the n-gram continuation: one forward
+            # checks it, the LM's own forwards start where it disagrees
+            add_lm(best_seed([*chain[:1], (topk.draft[:max_depth].tolist(), table[:max_depth, 0].tolist())]))
             if branches is not None:  # re-drafted subtrees: their own probabilities, never "agreed"
                 b_ids, b_probs = branches
                 flat = b_probs.reshape(-1, b_probs.shape[-1])
