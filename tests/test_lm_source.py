@@ -15,7 +15,8 @@ from transformers.generation.logits_process import TemperatureLogitsWarper
 
 from hf_jetspec.assistant import DrafterFreeAssistant, LMSource, LMSourceConfig, assistant_for
 from hf_jetspec.policy import AcceptanceModel, OutputMemory
-from hf_jetspec.assistant.lm_source import best_seed, check_lm_source, common_prefix_length, expected_run, lm_head_ids, worth_another_token
+from hf_jetspec.assistant.lm_source import (best_seed, check_lm_source, common_prefix_length, expected_run, lm_head_ids, seed_bucket,
+                                             worth_another_token)
 
 EXACT = LMSourceConfig(head_vocab=None, int8=False, min_prob=0.0)  # the LM's own argmax, in its own dtype
 
@@ -49,6 +50,7 @@ def test_the_seed_is_the_proposal_with_the_most_expected_accepted_tokens():
     assert best_seed([([1, 2], [0.9, 0.9]), ([3, 4, 5], [0.5, 0.5, 0.5])]) == [1, 2]
     assert best_seed([([1], [0.3]), ([3, 4], [0.5, 0.5])]) == [3, 4]
     assert best_seed([([], []), ([7], [0.1])]) == [7] and best_seed([]) == []
+    assert [seed_bucket(r) for r in (0.0, 0.99, 1.0, 2.9, 3.0, 5.9, 6.0, 15.0)] == [0, 0, 1, 1, 2, 2, 3, 3]
 
 
 def test_common_prefix_length():
@@ -222,7 +224,8 @@ def lm_empirical(target, assistant_model, stats_of, memory, **gen_kwargs):
     torch.manual_seed(1234)
     counts, lm_nodes = {}, 0
     for _ in range(SAMPLES):
-        memory.draft_gate("lm").reset()
+        for bucket in range(4):
+            memory.draft_gate(f"lm@{bucket}").reset()
         out = target.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), assistant_model=assistant_model, do_sample=True,
                               max_new_tokens=NEW, min_new_tokens=NEW, **gen_kwargs)
         key = tuple(out[0, PROMPT.shape[1] :].tolist())

@@ -189,20 +189,40 @@ def int8_copies(backbone: nn.Module, head: nn.Linear) -> tuple[nn.Module, nn.Mod
 LM_SOURCE = "lm-chain"  # the LM source's chains in the running calibration (ScoreCalibration.chain)
 
 
-def propose_priced(lm: "LMSource", sequence, max_tokens: int, calibration, verify_costs, gate=None,
-                   free_rate: float | None = None, seed=()) -> tuple[LMChain | None, list[float]]:
+SEED_RUN_EDGES = (1.0, 3.0, 6.0)  # upper edges of the expected-run buckets that key the LM's gates
+
+
+def seed_bucket(run: float) -> int:
+    """The bucket of a seed's expected accepted run: 0 below 1 token, 1 below 3, 2 below 6, 3 above.
+
+    >>> [seed_bucket(r) for r in (0.0, 1.0, 4.5, 9.0)]
+    [0, 1, 2, 3]
+    """
+    return sum(run >= edge for edge in SEED_RUN_EDGES)
+
+
+def propose_priced(lm: "LMSource", sequence, max_tokens: int, calibration, verify_costs, gates=None,
+                   free_rate: float | None = None, seeds=()) -> tuple[LMChain | None, list[float]]:
     """The LM source's chain for a round, or None where its gate stays shut.
 
-    ``gate`` (a :class:`~hf_jetspec.policy.DraftGate`, kept with the output memory) decides first
-    whether the LM is worth a chain at all, from how the chains before compared with ``free_rate``
-    (the best expected committed tokens per second without it); a shut gate still probes now and then.
-    The chain grows while another token pays (:func:`worth_another_token`, with the path's expected
-    acceptance from the running ``calibration`` of LM chains and the LM's measured cost per token;
-    before the first measurement, a fifth of a plain step ``verify_costs[0]``); ``seed`` (the round's
-    n-gram continuation) is continued where the LM agrees with it (:meth:`LMSource.propose`). Returns
-    the chain and its calibrated conditional estimates."""
+    ``seeds``: the round's other proposals, ``(tokens, conditional estimates)`` pairs (the n-gram
+    continuation, the drafter's argmax block). The LM continues the likeliest where it agrees with it
+    (:func:`best_seed`, :meth:`LMSource.propose`). ``gates(key)`` returns the
+    :class:`~hf_jetspec.policy.DraftGate` of a key (the output memory's ``draft_gate``): there is one
+    per bucket of that seed's expected run (:func:`seed_bucket`), because an LM that pays where the
+    other sources are unsure may not pay where they are about to copy a long run. A gate decides first
+    whether the LM is worth a chain this round, from how its chains compared before with the best rate
+    without it (``free_rate`` or the seed's own, whichever is higher); a shut gate still probes now and
+    then. The chain grows while another token pays (:func:`worth_another_token`, with the path's
+    expected acceptance from the running ``calibration`` of LM chains and the LM's measured cost per
+    token; before the first measurement, a fifth of a plain step ``verify_costs[0]``). Returns the
+    chain and its calibrated conditional estimates."""
     from ..policy import choose_verify_length
 
+    seeds = [(list(t), list(c)) for t, c in seeds]
+    seed = best_seed(seeds)
+    seed_conditionals = next((c for t, c in seeds if [int(x) for x in t] == seed), [])
+    gate = None if gates is None else gates(f"lm@{seed_bucket(expected_run(seed_conditionals[: len(seed)]))}")
     if gate is not None and not gate.should_draft():
         gate.skipped()
         return None, []
@@ -217,8 +237,11 @@ def propose_priced(lm: "LMSource", sequence, max_tokens: int, calibration, verif
     chain = lm.propose(sequence, max_tokens, keep_going, seed)
     calibrated = calibration.chain(LM_SOURCE, chain.probs)
     if gate is not None:
+        free = free_rate if free_rate is not None else 1.0 / step_s
+        if seed:
+            free = max(free, choose_verify_length(seed_conditionals[: len(seed)], verify_costs).rate)
         value = choose_verify_length(calibrated, verify_costs, draft_cost=chain.seconds, min_length=1).rate
-        gate.observe(value, free_rate if free_rate is not None else 1.0 / step_s)
+        gate.observe(value, free)
     return chain, calibrated
 
 

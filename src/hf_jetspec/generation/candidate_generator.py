@@ -9,7 +9,7 @@ import torch
 from transformers.generation.candidate_generator import CandidateGenerator
 
 from ..assistant import assistant_for
-from ..assistant.lm_source import LM_SOURCE, best_seed, check_lm_source, propose_priced
+from ..assistant.lm_source import LM_SOURCE, check_lm_source, propose_priced
 from ..drafter.drafter_cache import gather_pending, trim_pending
 from ..drafter.drafting_config import check_context_window
 from ..drafter.jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
@@ -435,7 +435,8 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             probs = self.assistant.output_memory.accept_probs(proposal)
             candidates.append(Candidate("ngram", proposal.tokens, probs))
             free_rate = max(free_rate, choose_verify_length(probs, costs).rate)
-        self._lm_chain, lm_seed = None, proposal.tokens if proposal is not None else ()
+        self._lm_chain = None
+        lm_seeds = [(c.tokens, c.accept_probs) for c in candidates]  # the n-gram continuation, and the drafter's block below
         record = opts.record_acceptance
         passes_cost = self.cost.draft_cost(1 + opts.num_jacobi_passes)
         self.gate.limit_probe_cost(passes_cost, costs[0])
@@ -454,8 +455,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
             value = choose_verify_length(probs, costs, draft_cost=passes_cost, min_length=1).rate
             self.gate.observe(value, free_rate)
             candidates.append(Candidate("drafter", draft.tolist(), probs))
-            # the LM continues the likelier of the drafter's block and the n-gram continuation where it agrees
-            lm_seed = best_seed([(c.tokens, c.accept_probs) for c in candidates if c.source == "ngram"] + [(draft.tolist(), probs)])
+            lm_seeds.append((draft.tolist(), probs))  # the LM continues the likelier of the two where it agrees
             if record:  # calibration rounds verify the whole drafted block
                 self._record = AcceptanceRecord(features.tolist(), accepted=0, verified=draft.numel())
                 return self._take(self._drawn(RoundChoice("drafter", draft.tolist(), VerifyChoice(draft.numel(), 1.0, 1.0)), q), proposal)
@@ -465,7 +465,7 @@ class JetSpecCandidateGenerator(CandidateGenerator):
         if self.lm is not None:
             t_lm = time.perf_counter()
             self._lm_chain, lm_probs = propose_priced(self.lm, input_ids[0], gamma, self.assistant.output_memory.node_calibration, costs,
-                                                      self.assistant.output_memory.draft_gate("lm"), free_rate, lm_seed)
+                                                      self.assistant.output_memory.draft_gate, free_rate, lm_seeds)
             self.stats.lm_time_s += time.perf_counter() - t_lm
             if self._lm_chain is not None and self._lm_chain.tokens:
                 self.stats.lm_tokens += len(self._lm_chain.tokens)

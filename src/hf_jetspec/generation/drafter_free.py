@@ -68,8 +68,8 @@ class DrafterFreeCandidateGenerator(CandidateGenerator):
             if self.lm is not None:
                 free_rate = best_candidate(candidates, costs).choice.rate
                 lm_chain, lm_probs = propose_priced(self.lm, input_ids[0], gamma, self.assistant.output_memory.node_calibration, costs,
-                                                    self.assistant.output_memory.draft_gate("lm"), free_rate,
-                                                    proposal.tokens if proposal is not None else ())
+                                                    self.assistant.output_memory.draft_gate, free_rate,
+                                                    [(c.tokens, c.accept_probs) for c in candidates])
                 if lm_chain is not None and lm_chain.tokens:
                     self.stats.lm_time_s += lm_chain.seconds
                     self.stats.lm_tokens += len(lm_chain.tokens)

@@ -33,6 +33,7 @@ import time
 
 import torch
 
+from ..assistant.lm_source import common_prefix_length
 from ..policy import CostModel, NgramIndex, NgramProposal, OutputMemory, choose_tree_size, choose_verify_length, propose_ngram
 from .stats import GenerationStats
 from .tree import DraftTree, accept_greedy, accept_sampled, chain_tree, ranked_tree, truncate_tree
@@ -61,17 +62,7 @@ def branch_conditionals(primary: list[float], divergence: int, rank: int, length
 
 def divergence_depth(candidate: list[int], earlier: list[list[int]]) -> int:
     """How many leading tokens ``candidate`` shares with the trie of ``earlier`` candidates."""
-    return max((common_prefix(candidate, e) for e in earlier), default=0)
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading tokens ``a`` and ``b`` share."""
-    k = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        k += 1
-    return k
+    return max((common_prefix_length(candidate, e) for e in earlier), default=0)
 
 
 class NgramTreePolicy:

@@ -25,7 +25,7 @@ from ..assistant import assistant_for
 from ..drafter.drafter_cache import gather_pending, trim_pending
 from ..drafter.drafting_config import check_context_window
 from ..drafter.jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
-from ..assistant.lm_source import LM_SOURCE, best_seed, check_lm_source, propose_priced
+from ..assistant.lm_source import LM_SOURCE, check_lm_source, propose_priced
 from .sampled_drafting import Proposal, make_proposal, row_pure
 from .stats import GenerationStats
 from ..policy import (
@@ -280,13 +280,13 @@ class TreeRoundPolicy:
         self._lm_chain = None  # this round's LM chain (raw probabilities) and its nodes in the tree
         self._lm_nodes: list[int] = []
 
-    def _lm_propose(self, input_ids, max_depth: int, costs, free_rate: float, seed=()):
+    def _lm_propose(self, input_ids, max_depth: int, costs, free_rate: float, seeds=()):
         """The LM source's chain for this round, as long as another token pays (:func:`worth_another_token`);
         returns ``(tokens, calibrated conditionals)`` or None."""
         if self.lm is None or max_depth < 1:
             return None
         chain, calibrated = propose_priced(self.lm, input_ids[0], max_depth, self.calibration, costs,
-                                           self.assistant.output_memory.draft_gate("lm"), free_rate, seed)
+                                           self.assistant.output_memory.draft_gate, free_rate, seeds)
         if chain is None:
             return None
         if self.stats is not None:
@@ -313,9 +313,9 @@ class TreeRoundPolicy:
         self._proposal, self._ngram_nodes, self._scored, self._lm_chain, self._lm_nodes = proposal, [], [], None, []
         ngram_free, lm_chain = free, None
 
-        def add_lm(seed):  # the LM's chain (continuing ``seed`` where it agrees) as the second grafted chain
+        def add_lm(seeds):  # the LM's chain (continuing the likeliest seed where it agrees) as the second grafted chain
             nonlocal chain, free, lm_chain
-            lm_chain = self._lm_propose(input_ids, max_depth, costs, ngram_free.rate, seed)
+            lm_chain = self._lm_propose(input_ids, max_depth, costs, ngram_free.rate, seeds)
             if lm_chain is not None:
                 chain = (chain or [([], [])]) + [lm_chain]  # chain 0 stays the n-gram's: the bookkeeping reads it so
                 lm_free = choose_verify_length(lm_chain[1], costs)
@@ -334,7 +334,7 @@ class TreeRoundPolicy:
             table = self.acceptance.accept_probs(node_features(topk.probs, topk.agreed))
             # the LM continues the likelier of the drafter's argmax chain and the n-gram continuation: one forward
             # checks it, the LM's own forwards start where it disagrees
-            add_lm(best_seed([*chain[:1], (topk.draft[:max_depth].tolist(), table[:max_depth, 0].tolist())]))
+            add_lm([*chain[:1], (topk.draft[:max_depth].tolist(), table[:max_depth, 0].tolist())])
             if branches is not None:  # re-drafted subtrees: their own probabilities, never "agreed"
                 b_ids, b_probs = branches
                 flat = b_probs.reshape(-1, b_probs.shape[-1])
@@ -358,7 +358,7 @@ class TreeRoundPolicy:
             return truncate_tree(ranked.tree, n), "drafter"
         if max_depth > 0:
             self.gate.skipped()
-            add_lm(proposal.tokens if proposal is not None else ())
+            add_lm(chain[:1])
         if lm_chain is not None:  # no drafter pass: a tree of the n-gram and LM chains
             empty = torch.zeros(max_depth, 0)
             ranked = ranked_tree(empty.long(), empty, self.nodes, None, chain)
