@@ -759,6 +759,8 @@ def summarise(config: BenchConfig, setup: BenchSetup, records: dict[str, MethodR
                 sampled_drafts=st.sampled_drafts,
                 position_acceptance={source or "all": st.position_acceptance(source) for source in (None, "drafter", "ngram")} if not st.tree_nodes else None,
             )
+            if st.lm_tokens:  # an LM source: what it proposed, what verification saw and kept, and its time
+                entry.update(lm_tokens=st.lm_tokens, lm_nodes=st.lm_nodes, lm_accepted=st.lm_accepted, lm_time_s=st.lm_time_s)
             if st.tree_nodes:
                 entry.update(
                     nodes_per_round=sum(st.tree_nodes) / len(st.tree_nodes),
