@@ -152,7 +152,7 @@ def test_greedy_rounds_with_an_lm_source_are_the_targets_text(trained_llama, tre
     saved, saved_memory = drafter.drafting_config, assistant_for(drafter).output_memory
     assistant = assistant_for(drafter)
     assistant.output_memory = OutputMemory()  # a fresh LM gate and calibration, whatever ran before
-    drafter.drafting_config = saved.replace(tree=tree)
+    drafter.drafting_config = saved.replace(tree=tree, policy=True)  # whatever an earlier test left on the shared drafter
     assistant.attach_lm_source(lm, EXACT)
     try:
         lm_nodes = accepted = 0
@@ -174,6 +174,8 @@ def test_greedy_qwen2_rounds_with_an_lm_source_are_the_targets_text(trained_qwen
     target, drafter, prompts = trained_qwen
     assistant = assistant_for(drafter)
     saved_memory, assistant.output_memory = assistant.output_memory, OutputMemory()
+    saved = drafter.drafting_config
+    drafter.drafting_config = saved.replace(policy=True, tree="auto")
     assistant.attach_lm_source(sharpened(copy.deepcopy(target)), EXACT)
     try:
         accepted = 0
@@ -183,7 +185,7 @@ def test_greedy_qwen2_rounds_with_an_lm_source_are_the_targets_text(trained_qwen
         assert accepted > 0
     finally:
         assistant.attach_lm_source(None)
-        assistant.output_memory = saved_memory
+        assistant.output_memory, drafter.drafting_config = saved_memory, saved
 
 
 def test_drafter_free_rounds_with_an_lm_source_are_the_targets_text(llama_target):
