@@ -47,9 +47,9 @@ def test_the_seed_is_the_proposal_with_the_most_expected_accepted_tokens():
     assert expected_run([0.5, 0.5]) == 0.75 and expected_run([]) == 0.0
     assert expected_run([1.0, 1.0, 0.0, 1.0]) == 2.0  # nothing after a certain rejection counts
     # a short sure copy beats a long doubtful block: 0.9 + 0.81 = 1.71 against 0.5 + 0.25 + 0.125 = 0.875
-    assert best_seed([([1, 2], [0.9, 0.9]), ([3, 4, 5], [0.5, 0.5, 0.5])]) == [1, 2]
-    assert best_seed([([1], [0.3]), ([3, 4], [0.5, 0.5])]) == [3, 4]
-    assert best_seed([([], []), ([7], [0.1])]) == [7] and best_seed([]) == []
+    assert best_seed([([1, 2], [0.9, 0.9]), ([3, 4, 5], [0.5, 0.5, 0.5])]) == ([1, 2], [0.9, 0.9])
+    assert best_seed([([1], [0.3]), ([3, 4], [0.5, 0.5, 0.7])]) == ([3, 4], [0.5, 0.5])  # estimates cut to the tokens
+    assert best_seed([([], []), ([7], [0.1])]) == ([7], [0.1]) and best_seed([]) == ([], [])
     assert [seed_bucket(r) for r in (0.0, 0.99, 1.0, 2.9, 3.0, 5.9, 6.0, 15.0)] == [0, 0, 1, 1, 2, 2, 3, 3]
 
 

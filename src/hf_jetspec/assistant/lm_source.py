@@ -119,18 +119,20 @@ def expected_run(conditionals) -> float:
     return total
 
 
-def best_seed(seeds) -> list[int]:
-    """Of ``(tokens, conditionals)`` proposals, the tokens of the one with the most expected accepted
-    tokens (:func:`expected_run`; the first on ties): what the LM checks in its first forward.
+def best_seed(seeds) -> tuple[list[int], list[float]]:
+    """Of ``(tokens, conditionals)`` proposals, the one with the most expected accepted tokens
+    (:func:`expected_run`; the first on ties), as ``(tokens, conditionals)``: what the LM checks in
+    its first forward. ``([], [])`` where none has a token.
 
     >>> best_seed([([1, 2], [0.9, 0.9]), ([3, 4, 5], [0.5, 0.5, 0.5])])
-    [1, 2]
+    ([1, 2], [0.9, 0.9])
     """
-    best, value = [], -1.0
+    best, value = ([], []), -1.0
     for tokens, conditionals in seeds:
-        v = expected_run(list(conditionals)[: len(tokens)])
-        if len(tokens) and v > value:
-            best, value = [int(t) for t in tokens], v
+        tokens, conditionals = [int(t) for t in tokens], [float(c) for c in conditionals][: len(tokens)]
+        v = expected_run(conditionals)
+        if tokens and v > value:
+            best, value = (tokens, conditionals), v
     return best
 
 
@@ -219,10 +221,8 @@ def propose_priced(lm: "LMSource", sequence, max_tokens: int, calibration, verif
     chain and its calibrated conditional estimates."""
     from ..policy import choose_verify_length
 
-    seeds = [(list(t), list(c)) for t, c in seeds]
-    seed = best_seed(seeds)
-    seed_conditionals = next((c for t, c in seeds if [int(x) for x in t] == seed), [])
-    gate = None if gates is None else gates(f"lm@{seed_bucket(expected_run(seed_conditionals[: len(seed)]))}")
+    seed, seed_conditionals = best_seed(seeds)
+    gate = None if gates is None else gates(f"lm@{seed_bucket(expected_run(seed_conditionals))}")
     if gate is not None and not gate.should_draft():
         gate.skipped()
         return None, []
@@ -239,7 +239,7 @@ def propose_priced(lm: "LMSource", sequence, max_tokens: int, calibration, verif
     if gate is not None:
         free = free_rate if free_rate is not None else 1.0 / step_s
         if seed:
-            free = max(free, choose_verify_length(seed_conditionals[: len(seed)], verify_costs).rate)
+            free = max(free, choose_verify_length(seed_conditionals, verify_costs).rate)
         value = choose_verify_length(calibrated, verify_costs, draft_cost=chain.seconds, min_length=1).rate
         gate.observe(value, free)
     return chain, calibrated

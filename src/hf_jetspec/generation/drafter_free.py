@@ -70,9 +70,10 @@ class DrafterFreeCandidateGenerator(CandidateGenerator):
                 lm_chain, lm_probs = propose_priced(self.lm, input_ids[0], gamma, self.assistant.output_memory.node_calibration, costs,
                                                     self.assistant.output_memory.draft_gate, free_rate,
                                                     [(c.tokens, c.accept_probs) for c in candidates])
-                if lm_chain is not None and lm_chain.tokens:
+                if lm_chain is not None:
                     self.stats.lm_time_s += lm_chain.seconds
                     self.stats.lm_tokens += len(lm_chain.tokens)
+                if lm_chain is not None and lm_chain.tokens:
                     candidates.append(Candidate("lm", lm_chain.tokens, lm_probs))
             choice = best_candidate(candidates, costs)
             tokens = choice.tokens

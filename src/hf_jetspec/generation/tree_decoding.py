@@ -311,15 +311,13 @@ class TreeRoundPolicy:
             chain = [(proposal.tokens, probs)]
             free = choose_verify_length(probs, costs)
         self._proposal, self._ngram_nodes, self._scored, self._lm_chain, self._lm_nodes = proposal, [], [], None, []
-        ngram_free, lm_chain = free, None
+        lm_chain = None
 
         def add_lm(seeds):  # the LM's chain (continuing the likeliest seed where it agrees) as the second grafted chain
-            nonlocal chain, free, lm_chain
-            lm_chain = self._lm_propose(input_ids, max_depth, costs, ngram_free.rate, seeds)
+            nonlocal chain, lm_chain
+            lm_chain = self._lm_propose(input_ids, max_depth, costs, free.rate, seeds)
             if lm_chain is not None:
                 chain = (chain or [([], [])]) + [lm_chain]  # chain 0 stays the n-gram's: the bookkeeping reads it so
-                lm_free = choose_verify_length(lm_chain[1], costs)
-                free = lm_free if lm_free.rate > free.rate else free
 
         self.from_chain: list[bool] = []  # per node of the planned tree: taken for the n-gram chain
         # a drafter pass (and its branch pass) costs at most a small share of the time between probes
@@ -348,7 +346,7 @@ class TreeRoundPolicy:
             expected = [s if ngram else d for s, d, ngram in zip(ranked.scores, drafted, ranked.from_chain)]
             choice = choose_tree_size(expected, costs)
             value = choose_tree_size(expected, costs, draft_cost=self.cost.draft_cost(passes), min_length=1).rate
-            self.gate.observe(value, ngram_free.rate)
+            self.gate.observe(value, free.rate)
             if chain:
                 self._ngram_nodes = [i for i in ranked.chain_nodes[0] if i < choice.length]
                 self._lm_nodes = [i for i in ranked.chain_nodes[1] if i < choice.length] if len(chain) > 1 else []
