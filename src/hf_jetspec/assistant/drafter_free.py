@@ -36,6 +36,10 @@ class DrafterFreeConfig:
             in one run it was +4.7% on SmolLM2 GSM8K, -3.1% HumanEval, -1.8% MT-Bench, +0.6% Qwen2.5-Coder
             HumanEval (docs/reports/2026-12-03-drafter-free-trees.md).
         tree_candidates: most distinct continuations a tree round holds.
+        compiled_rounds: tree rounds on a static cache with the target's verification forward compiled
+            per width bucket (:mod:`hf_jetspec.generation.static_rounds`); needs ``tree``.
+        compile_backend: the ``torch.compile`` backend of compiled rounds (see ``DraftingConfig``).
+        compile_buckets: the verify widths compiled (None: 1, 8, 16, ... up to ``budget``).
     """
 
     budget: int = 16
@@ -43,8 +47,13 @@ class DrafterFreeConfig:
     output_memory: bool = True
     tree: bool = False
     tree_candidates: int = 4
+    compiled_rounds: bool = False
+    compile_backend: str = "inductor"
+    compile_buckets: tuple[int, ...] | None = None
 
     def __post_init__(self):
+        if self.compiled_rounds and not self.tree:
+            raise ValueError("compiled_rounds verifies through drafter-free tree rounds: set tree=True")
         if self.budget < 2:
             raise ValueError(f"budget must be >= 2 (the anchor and at least one proposed token), got {self.budget}")
         if self.max_ngram < 1:

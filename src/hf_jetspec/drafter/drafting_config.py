@@ -60,6 +60,18 @@ class DraftingConfig:
         compile: draft single blocks through a ``torch.compile``d step with static shapes
             (:mod:`hf_jetspec.drafter.compiled_step`); the first round of each block length compiles.
             Off by default: see ``benchmarks/round_cost.py`` (``@compile`` trees) for what it costs and saves.
+        compiled_rounds: run every round on a static cache with the target's verification forward
+            compiled once per width bucket, and the drafter's step compiled (``compile``)
+            (:mod:`hf_jetspec.generation.static_rounds`). Rounds go through the tree loop whatever the
+            temperature or prompt length (a chain is a one-branch tree), so ``tree`` must be set and
+            no chain-only feature asked for. The first call on a target compiles and times each bucket
+            (its warm-up is in ``generation_stats.prefill_time_s``); later calls compile nothing.
+            Targets with sliding-window layers get an error. The output is what plain decoding writes
+            with the same compiled kernels (greedy; under sampling, the target's distribution).
+        compile_backend: the ``torch.compile`` backend of compiled rounds (``"inductor"``: frozen weights
+            on CPU, CUDA graphs on CUDA; ``"eager"`` / ``"aot_eager"`` trace without generating code).
+        compile_buckets: the verify widths compiled rounds compile (None: 1, 8, 16, ... up to the
+            widest round); a round runs in the cheapest measured bucket that holds it.
         int8: multiply the drafter's layer matrices and draft head in int8 (CPU only,
             :mod:`hf_jetspec.drafter.int8_drafting`): per-channel weights, activations quantised per row at
             every call. Drafts may differ slightly from floating-point drafting; the output does not
@@ -141,6 +153,9 @@ class DraftingConfig:
     output_memory: bool = True
     record_acceptance: bool = False
     compile: bool = False
+    compiled_rounds: bool = False
+    compile_backend: str = "inductor"
+    compile_buckets: tuple[int, ...] | None = None
     int8: bool = False
     tree: str | list[int] | None = None
     tree_top_k: int = 8
@@ -158,6 +173,15 @@ class DraftingConfig:
         self.validate()
 
     def validate(self) -> None:
+        if self.compile_buckets is not None:
+            self.compile_buckets = tuple(int(b) for b in self.compile_buckets)
+            if not self.compile_buckets or min(self.compile_buckets) < 1:
+                raise ValueError(f"compile_buckets must be positive widths, got {self.compile_buckets!r}")
+        if self.compiled_rounds:
+            if self.tree is None:
+                raise ValueError("compiled_rounds verifies through tree rounds: set tree='auto' (chains are one-branch trees there)")
+            if self.tree_fallback_reason is not None:
+                raise ValueError(f"compiled_rounds runs tree rounds only; {self.tree_fallback_reason}: turn them off")
         if not isinstance(self.budget, int) or self.budget < 2:
             raise ValueError(f"budget must be an int >= 2 (anchor + at least one draft token), got {self.budget!r}")
         if not isinstance(self.num_jacobi_passes, int) or self.num_jacobi_passes < 0:
@@ -242,6 +266,8 @@ class DraftingConfig:
         ``tree_max_context`` and (when sampling) a temperature up to ``tree_max_temperature``."""
         if not self.runs_tree_rounds:
             return False
+        if self.compiled_rounds:  # every round goes through the compiled tree loop
+            return True
         if self.tree_max_context is not None and context_length is not None and context_length > self.tree_max_context:
             return False
         if generation_config is None or not generation_config.do_sample or self.tree_max_temperature is None:
@@ -253,6 +279,11 @@ class DraftingConfig:
     def effective_context_window(self) -> int | None:
         """``context_window`` where it applies (not in foresight rounds, which read the whole context)."""
         return None if self.needs_foresight_models else self.context_window
+
+    @property
+    def max_verify_width(self) -> int:
+        """The most tokens one tree round verifies: the anchor and its widest tree."""
+        return 1 + max(self.budget - 1, self.tree_node_budget)
 
     @property
     def tree_node_budget(self) -> int:

@@ -394,7 +394,7 @@ class JetSpecDrafter(PreTrainedModel):
     def configure_engine(self, options: DraftingConfig) -> None:
         """Switch the compiled step and int8 arithmetic per ``options`` (``compile`` / ``int8``); every
         ``generate`` call does this first."""
-        self.compile_drafting(options.compile)
+        self.compile_drafting(options.compile or options.compiled_rounds)
         self.set_int8_drafting(options.int8)
 
     @property

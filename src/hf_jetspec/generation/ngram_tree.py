@@ -130,17 +130,25 @@ def ngram_tree_decoding(target, input_ids, logits_processor, stopping_criteria, 
     from transformers.generation.utils import GenerateDecoderOnlyOutput
 
     from .sampled_drafting import row_pure
-    from .tree_decoding import ProcessedRows, _check_supported, _choose, _commit, _forward, _row_prefix, keep_cache_rows, tree_forward
+    from .tree_decoding import (ProcessedRows, _check_supported, _choose, _commit, _forward, _row_prefix, keep_cache_rows,
+                                static_tree_forward, tree_forward)
 
     cache = model_kwargs.get("cache")
-    _check_supported(target, cache, generation_config, input_ids, model_kwargs)
     options = assistant.drafting_config
+    _check_supported(target, cache, generation_config, input_ids, model_kwargs, options.compiled_rounds)
     do_sample = bool(generation_config.do_sample)
     lazy_rows = do_sample and row_pure(logits_processor)
     boolean_mask = getattr(target.config, "_attn_implementation", "sdpa") != "eager"
     from .. import policy as policy_module  # one cost profile per target, device and dtype, kept by the policy package
 
-    sizes, seconds = policy_module.cost_profile_for(target, options.budget)
+    runner = None  # compiled rounds: the target's forwards on its static cache
+    if options.compiled_rounds:
+        from .static_rounds import static_target_for
+
+        runner = static_target_for(target, generation_config.max_length, options.budget, [], options.compile_backend,
+                                   options.compile_buckets)
+        cache = runner.cache
+    sizes, seconds = policy_module.cost_profile_for(target, options.budget) if runner is None else runner.profile(options.budget)
     planner = NgramTreePolicy(assistant.output_memory, CostModel(sizes, seconds), options.budget, options.max_ngram,
                               options.tree_candidates, options.output_memory)
     stats = GenerationStats()
@@ -148,7 +156,10 @@ def ngram_tree_decoding(target, input_ids, logits_processor, stopping_criteria, 
 
     t0 = time.perf_counter()
     n = input_ids.shape[1]
-    out = _forward(target, input_ids, torch.arange(n, device=device)[None], None, cache, None)
+    if runner is None:
+        out = _forward(target, input_ids, torch.arange(n, device=device)[None], None, cache, None)
+    else:
+        out = runner.prefill(input_ids)
     tokens, probs = _choose(out.logits[0, -1:].float(), [input_ids[0]], logits_processor, do_sample)
     first = int(tokens[0]) if probs is None else int(torch.multinomial(probs[0], 1))
     stats.prefill_time_s += time.perf_counter() - t0
@@ -162,7 +173,10 @@ def ngram_tree_decoding(target, input_ids, logits_processor, stopping_criteria, 
         stats.chosen_lengths.append(len(tree))
         t1 = time.perf_counter()
         stats.draft_time_s += t1 - t0
-        out = tree_forward(target, input_ids, tree, cache, None, boolean_mask)
+        if runner is None:
+            out = tree_forward(target, input_ids, tree, cache, None, boolean_mask)
+        else:
+            out = static_tree_forward(runner, input_ids, tree)
         logits = out.logits[0].float()
         if lazy_rows:
             rows = ProcessedRows(logits, tree, input_ids[0], logits_processor)
@@ -171,7 +185,10 @@ def ngram_tree_decoding(target, input_ids, logits_processor, stopping_criteria, 
             prefixes = [_row_prefix(input_ids[0], tree, r) for r in range(len(tree) + 1)] if len(logits_processor) > 0 else []
             choice, probs = _choose(logits, prefixes, logits_processor, do_sample)
             accepted, bonus = accept_greedy(tree, choice.cpu()) if probs is None else accept_sampled(tree, probs)
-        keep_cache_rows(cache, cur - 1, [0] + [1 + i for i in accepted])
+        if runner is None:
+            keep_cache_rows(cache, cur - 1, [0] + [1 + i for i in accepted])
+        else:
+            runner.keep_rows(cur - 1, [0] + [1 + i for i in accepted])
         elapsed = time.perf_counter() - t1
         stats.verify_time_s += elapsed
         planner.observe(len(tree), accepted, elapsed)

@@ -168,7 +168,8 @@ def _decode(original, self, input_ids, recorder, *args, **kwargs):
         trees = drafter.drafting_config.tree and not args
     else:
         trees = drafter.drafting_config.tree_rounds_for(kwargs.get("generation_config"), input_ids.shape[1]) and not args
-    if trees:
+    compiled = drafter.drafting_config.compiled_rounds
+    if trees and not compiled:  # compiled rounds bring their own static cache
         from .tree_decoding import tree_cache_reason
 
         reason = tree_cache_reason(kwargs.get("cache"))

@@ -160,7 +160,7 @@ def keep_cache_rows(cache, start: int, rows: list[int]) -> None:
         layer.values = layer.values[:, :, : start + m]
 
 
-def _check_supported(target, cache, generation_config, input_ids, model_kwargs) -> None:
+def _check_supported(target, cache, generation_config, input_ids, model_kwargs, compiled: bool = False) -> None:
     if input_ids.shape[0] != 1:
         raise ValueError("tree verification runs one sequence at a time (batch size 1)")
     mask = model_kwargs.get("attention_mask")
@@ -172,7 +172,7 @@ def _check_supported(target, cache, generation_config, input_ids, model_kwargs) 
     ):
         raise ValueError("tree verification returns sequences only: output_scores / output_logits / output_attentions / "
                          "output_hidden_states are not supported with drafting_config.tree")
-    reason = tree_cache_reason(cache)
+    reason = None if compiled else tree_cache_reason(cache)  # compiled rounds check their static cache
     if reason is not None:
         raise ValueError(f"tree verification needs a dynamic full-attention cache; {type(target).__name__} {reason}")
 
@@ -196,6 +196,14 @@ def tree_forward(target, input_ids, tree: DraftTree, cache, hidden_layers, boole
     ids = torch.cat([input_ids[0, -1:], tree.tokens.to(device)])[None]
     mask = verification_mask(tree, anchor_position, target.dtype, device, boolean_mask)
     return _forward(target, ids, tree_positions(tree, anchor_position)[None].to(device), mask, cache, hidden_layers)
+
+
+def static_tree_forward(runner, input_ids, tree: DraftTree):
+    """:func:`tree_forward` through a :class:`~hf_jetspec.generation.static_rounds.StaticTarget`: the
+    same rows, written at the anchor's position of the static cache by the compiled bucket."""
+    anchor_position, device = input_ids.shape[1] - 1, input_ids.device
+    ids = torch.cat([input_ids[0, -1:], tree.tokens.to(device)])[None]
+    return runner.verify(ids, tree_positions(tree, anchor_position)[None].to(device), tree_attention_mask(tree), anchor_position)
 
 
 def _forward(target, ids, positions, mask, cache, hidden_layers):
@@ -259,11 +267,11 @@ class TreeRoundPolicy:
     drafter pass the round verifies the n-gram chain (or nothing) as chain rounds do.
     """
 
-    def __init__(self, target, assistant, options, sampling: bool = False):
+    def __init__(self, target, assistant, options, sampling: bool = False, profile=None):
         self.options = options
         self.assistant = assistant
         self.nodes = options.tree_node_budget
-        sizes, seconds = cost_profile_for(target, self.nodes + 1)
+        sizes, seconds = profile if profile is not None else cost_profile_for(target, self.nodes + 1)
         self.cost = CostModel(sizes, seconds)
         self.gate = assistant.output_memory.draft_gate("tree")
         self.index = NgramIndex(max_ngram=options.max_ngram)
@@ -402,9 +410,9 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
     from transformers.generation.utils import GenerateDecoderOnlyOutput
 
     cache = model_kwargs.get("cache")
-    _check_supported(target, cache, generation_config, input_ids, model_kwargs)
     assistant = assistant_for(assistant)
     drafter = assistant.drafter
+    _check_supported(target, cache, generation_config, input_ids, model_kwargs, drafter.drafting_config.compiled_rounds)
     drafter.attach_target(target)
     options = drafter.drafting_config
     check_context_window(drafter, options)
@@ -412,6 +420,15 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
     stats = GenerationStats()
     layer_ids = list(drafter.config.target_layer_ids)
     hidden_layers = [i + 1 for i in layer_ids]
+    runner = None  # compiled rounds: the target's forwards on its static cache
+    if options.compiled_rounds:
+        from .static_rounds import static_target_for
+
+        t0 = time.perf_counter()
+        runner = static_target_for(target, generation_config.max_length, options.max_verify_width, hidden_layers,
+                                   options.compile_backend, options.compile_buckets)
+        cache = runner.cache
+        stats.prefill_time_s += time.perf_counter() - t0  # the warm-up of a target's first call counts there
     do_sample = bool(generation_config.do_sample)
     lazy_rows = do_sample and row_pure(logits_processor)  # sampled rounds process only the rows they read
     sampling = options.draws_from_q(generation_config)  # drafter nodes drawn from q, multi-draft verification
@@ -421,7 +438,8 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
     dcache = drafter.new_cache()
     device = input_ids.device
     k = max(options.tree_top_k, max(options.tree) if isinstance(options.tree, (list, tuple)) else 1)
-    policy = TreeRoundPolicy(target, assistant, options, sampling) if options.policy and options.tree == "auto" else None  # static shapes stay static
+    profile = None if runner is None else runner.profile(options.tree_node_budget + 1)
+    policy = TreeRoundPolicy(target, assistant, options, sampling, profile) if options.policy and options.tree == "auto" else None  # static shapes stay static
     if policy is not None:
         policy.stats = stats
     elif getattr(assistant, "lm_source", None) is not None:
@@ -448,7 +466,10 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
     # prefill: the first token is the target's own step
     t0 = time.perf_counter()
     n = input_ids.shape[1]
-    out = _forward(target, input_ids, torch.arange(n, device=device)[None], None, cache, hidden_layers)
+    if runner is None:
+        out = _forward(target, input_ids, torch.arange(n, device=device)[None], None, cache, hidden_layers)
+    else:
+        out = runner.prefill(input_ids)
     tokens, probs = _choose(out.logits[0, -1:].float(), [input_ids[0]], logits_processor, do_sample)
     first = int(tokens[0]) if probs is None else int(torch.multinomial(probs[0], 1))
     keep(states_of(out, slice(0, n)), torch.arange(n))
@@ -506,7 +527,10 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
             stats.sampled_drafts += 1
         t1 = time.perf_counter()
         stats.draft_time_s += t1 - t0
-        out = tree_forward(target, input_ids, tree, cache, hidden_layers, boolean_mask)
+        if runner is None:
+            out = tree_forward(target, input_ids, tree, cache, hidden_layers, boolean_mask)
+        else:
+            out = static_tree_forward(runner, input_ids, tree)
         logits = out.logits[0].float()
         if lazy_rows:  # sampling: each row processed and normalised when verification first reads it
             # multi-draft verification combines the rows with q on the CPU
@@ -525,7 +549,10 @@ def tree_decoding(target, input_ids, logits_processor, stopping_criteria, genera
         else:
             accepted, bonus = accept_sampled(tree, probs)
         rows = [0] + [1 + i for i in accepted]
-        keep_cache_rows(cache, cur - 1, rows)
+        if runner is None:
+            keep_cache_rows(cache, cur - 1, rows)
+        else:
+            runner.keep_rows(cur - 1, rows)
         keep(states_of(out, rows), torch.arange(cur - 1, cur - 1 + len(rows)))
         if recorder is not None:
             recorder.add_labels(cur - 1, logits[rows])

@@ -6,6 +6,10 @@ warm-up. Metrics are computed with the package's ``evaluate`` modules.
 
 Methods:
     ar              the target's own ``generate`` (greedy or sampled)
+    ar-compiled     the same on a static cache with the compiled forward (``cache_implementation="static"``
+                    and a ``CompileConfig``: inductor, with CUDA graphs on CUDA); the
+                    cache is sized for the longest item, and the compile (a warm-up on that item) is
+                    reported as ``compile_warmup_s``, not timed
     prompt-lookup   transformers' prompt lookup decoding (``prompt_lookup_num_tokens``)
     drafter-free    ``generate(assistant_model=DrafterFreeAssistant)``: n-gram and output-memory proposals
                     under the round policy, no drafter weights (its own output memory; ``--budget`` applies;
@@ -25,7 +29,10 @@ Methods:
                     pass) / with one Jacobi pass, whatever the drafter's ``tree_jacobi_passes`` says
     jetspec-baseline  ``jetspec`` with another drafter (``--baseline-drafter``, e.g. the one a new drafter
                     replaces), its own drafting options and calibration, so two drafters meet in one run
-    jetspec-compiled  ``jetspec`` drafting through the compiled step (``compile=True``)
+    jetspec-compiled  ``jetspec`` with compiled rounds (``compiled_rounds=True``): the target's verification
+                    forward compiled per width bucket on a static cache, the drafter's step compiled
+                    (:mod:`hf_jetspec.generation.static_rounds`); warm-up reported as ``compile_warmup_s``
+    jetspec-compiled-drafter  ``jetspec`` drafting through the compiled step alone (``compile=True``)
     jetspec-int8    ``jetspec`` drafting through the compiled step in int8 arithmetic (``compile=True, int8=True``)
     jetspec-online  ``jetspec`` with its own copy of the drafter learning online after every item
                     (:mod:`hf_jetspec.training.online`; ``--learn-steps`` / ``--learn-share``), learning time
@@ -70,20 +77,23 @@ JETSPEC_VARIANTS = {
     "jetspec-pointmass": {"sampled_drafts": False},  # under sampling: argmax drafts (point masses), exact-match verification
     "jetspec-tree-policy-pointmass": {"tree": "auto", "policy": True, "sampled_drafts": False},  # top-k trees of point masses
     "jetspec-baseline": {},  # the bench's jetspec options on the --baseline-drafter
-    "jetspec-compiled": {"compile": True},  # drafting through the compiled static-shape step
+    "jetspec-compiled": {"compiled_rounds": True, "tree": "auto"},  # compiled verification on a static cache + the compiled drafting step
+    "jetspec-compiled-drafter": {"compile": True},  # drafting through the compiled static-shape step alone
     "jetspec-int8": {"compile": True, "int8": True},  # the compiled step with int8 products
     "jetspec-online": {},  # the bench's jetspec options on its own drafter copy, learning after every item
     "jetspec-lm": {},  # the bench's jetspec options with the --lm-source model proposing chains beside the drafter
     "jetspec-wide": {"tree_nodes": 32},  # policy trees may verify up to 32 nodes (the cost model still picks the count)
 }
 DRAFTER_FREE_VARIANTS = ("drafter-free", "drafter-free-tree")
-METHODS = ("ar", "prompt-lookup", *DRAFTER_FREE_VARIANTS, *JETSPEC_VARIANTS, "assisted", "hf-dflash")
+PLAIN_METHODS = ("ar", "ar-compiled")  # the target alone: no rounds, no tau
+METHODS = ("ar", "ar-compiled", "prompt-lookup", *DRAFTER_FREE_VARIANTS, *JETSPEC_VARIANTS, "assisted", "hf-dflash")
 # what runs on several rows at once; the rest say why not in the result (``unavailable``)
 BATCH_METHODS = ("ar", "drafter-free")
 BATCH_UNAVAILABLE = {
     "prompt-lookup": "transformers' prompt lookup refuses more than one row (assisted generate is only supported for batch_size = 1)",
     "assisted": "transformers' assisted generation refuses more than one row",
     "hf-dflash": "transformers' DFlash generation runs one row at a time",
+    "ar-compiled": "the static-cache compiled path is measured one row at a time here",
     "drafter-free-tree": "batched rounds verify chains (trees run one row at a time)",
 }
 DEFAULT_ASSISTANTS = {"qwen2.5-coder-1.5b": "qwen2.5-coder-0.5b"}
@@ -128,6 +138,7 @@ class BenchConfig:
     lm_source: str | None = None  # jetspec-lm: the small LM (an embedded name or a path); default: the target's default assistant
     lm_int8: bool | None = None  # jetspec-lm: LMSourceConfig.int8 (None: on the CPU)
     lm_head_vocab: int | None = None  # jetspec-lm: LMSourceConfig.head_vocab (None: the whole head)
+    compile_backend: str = "inductor"  # ar-compiled and jetspec-compiled: the torch.compile backend ("eager" traces only)
 
     def __post_init__(self):
         self.methods = tuple(self.methods)
@@ -267,6 +278,7 @@ class BenchSetup:
     online: object = None  # jetspec-online: its own drafter, with an online learner
     memories: dict = field(default_factory=dict)
     lm_source: object = None  # jetspec-lm: its LMSource
+    static_capacity: int = 0  # ar-compiled: the static cache's positions (the longest item's need, rounded up)
 
 
 def load_bench(config: BenchConfig) -> BenchSetup:
@@ -309,6 +321,8 @@ def load_bench(config: BenchConfig) -> BenchSetup:
         for name in variants:
             mine, mine_what = (baseline, baseline_what) if name == "jetspec-baseline" else (drafter, what)
             options = mine.drafting_config.replace(**JETSPEC_VARIANTS[name])
+            if options.compiled_rounds:
+                options = options.replace(compile_backend=config.compile_backend)
             extra[name] = {
                 "drafter": mine_what,
                 "drafting_config": asdict(options),
@@ -364,13 +378,21 @@ def load_bench(config: BenchConfig) -> BenchSetup:
                               "assistant_params_mb": _param_mb(dflash)}
 
     items = build_items(tokenizer, target, prompts, config.max_new_tokens)
+    static_capacity = 0
+    if "ar-compiled" in config.methods:
+        from ..generation.static_rounds import capacity_for
+
+        static_capacity = capacity_for(max(ids.shape[1] for _, ids in items) + config.max_new_tokens + 32)
+        extra["ar-compiled"] = {"static_cache_positions": static_capacity,
+                                "compile_config": compiled_plain_config(device.type, config.compile_backend).to_dict()}
     sampling = config.temperature > 0
     gen_kwargs = dict(max_new_tokens=config.max_new_tokens, do_sample=sampling)
     if sampling:
         gen_kwargs.update(temperature=config.temperature, top_k=0, top_p=config.top_p)
     else:
         gen_kwargs.update(temperature=None, top_k=None, top_p=None)
-    setup = BenchSetup(target, tokenizer, items, gen_kwargs, extra, drafter, assistant, dflash, baseline, drafter_free, lm_source=lm_source)
+    setup = BenchSetup(target, tokenizer, items, gen_kwargs, extra, drafter, assistant, dflash, baseline, drafter_free, lm_source=lm_source,
+                       static_capacity=static_capacity)
     if "jetspec-online" in variants:
         from ..training.online import OnlineLearningConfig
 
@@ -395,6 +417,9 @@ def _use_method(setup: BenchSetup, config: BenchConfig, name: str) -> dict:
     """Generate kwargs of one method; for a jetspec variant, switch the drafter to its options and memory."""
     if name == "prompt-lookup":
         return {"prompt_lookup_num_tokens": config.prompt_lookup_tokens}
+    if name == "ar-compiled":
+        return {"cache_implementation": "static", "max_cache_len": setup.static_capacity,
+                "compile_config": compiled_plain_config(setup.target.device.type, config.compile_backend)}
     if name in JETSPEC_VARIANTS:
         from ..drafter.drafting_config import DraftingConfig
         from ..policy import OutputMemory
@@ -411,6 +436,20 @@ def _use_method(setup: BenchSetup, config: BenchConfig, name: str) -> dict:
     if name == "hf-dflash":
         return {"assistant_model": setup.dflash_assistant, "speculation_type": "dflash"}
     return {}
+
+
+def compiled_plain_config(device_type: str, backend: str = "inductor"):
+    """transformers' ``CompileConfig`` of the ``ar-compiled`` peer: a static-shape graph, inductor with
+    the settings compiled rounds use (frozen weights on CPU, CUDA graphs on CUDA), on any device."""
+    from transformers import CompileConfig
+
+
+    if backend != "inductor":
+        config = CompileConfig(fullgraph=False, dynamic=False, backend=backend, mode=None)
+    else:  # CPU: inductor's settings (frozen weights) are set around the call (see ``_compile_settings``)
+        config = CompileConfig(fullgraph=False, dynamic=False, mode="reduce-overhead" if device_type == "cuda" else None)
+    config._compile_all_devices = True  # transformers compiles on accelerators only unless told
+    return config
 
 
 def left_pad(rows: list[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -527,11 +566,15 @@ def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True, d
     longest = max(items, key=lambda item: item[1].shape[1])[1]
     for name in config.methods:  # warm-up: every code path once, untimed
         try:
-            if name in JETSPEC_VARIANTS and setup.extra[name]["drafting_config"]["compile"]:
+            compiled = name == "ar-compiled" or (name in JETSPEC_VARIANTS and (
+                setup.extra[name]["drafting_config"]["compile"] or setup.extra[name]["drafting_config"]["compiled_rounds"]))
+            if compiled:
                 # compile every graph the timed runs need (each cache capacity up to the longest context)
                 t0 = time.perf_counter()
                 run_one(name, longest, config.seed, config.max_new_tokens)
-                setup.extra[name]["compile_warmup_s"] = round(time.perf_counter() - t0, 1)
+                setup.extra.setdefault(name, {})["compile_warmup_s"] = round(time.perf_counter() - t0, 1)
+                if name in JETSPEC_VARIANTS and setup.extra[name]["drafting_config"]["compiled_rounds"]:
+                    _record_static_target(setup, name)
             else:
                 run_one(name, items[0][1], config.seed, config.warmup_tokens)
         except Exception as err:
@@ -567,7 +610,7 @@ def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True, d
                     rec.learn_seconds.append(learner.learn_seconds[-1] if learner.learn_seconds else 0.0)
             elif name in DRAFTER_FREE_VARIANTS:
                 _add_generation_stats(rec, setup.drafter_free[name].generation_stats)
-            elif name != "ar":
+            elif name not in PLAIN_METHODS:
                 # transformers' DFlash loop spends its first step on the prefill alone (no draft): count
                 # drafting rounds only, as the JetSpec statistics do
                 chunks = counter.chunks[1:] if name == "hf-dflash" else counter.chunks
@@ -579,7 +622,25 @@ def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True, d
     bar.close()
     if learner is not None:
         setup.extra["jetspec-online"]["learner"] = learner.summary() | {"guard_history": learner.guard_history}
+    for extra in setup.extra.values():  # compiled rounds: graphs compiled by the end (equal to the warm-up's: none in the timed runs)
+        runner = extra.pop("_runner", None)
+        if runner is not None:
+            extra["static_target"]["graphs_after_runs"] = runner.compiles
     return records
+
+
+def _record_static_target(setup: BenchSetup, name: str) -> None:
+    """A compiled-rounds method's static target: its buckets' measured seconds, capacity, warm-up and
+    compile count (kept so that the count after the timed runs shows they compiled nothing)."""
+    from ..generation.static_rounds import RUNNERS_ATTRIBUTE
+
+    runners = setup.target.__dict__.get(RUNNERS_ATTRIBUTE, {})
+    if runners:
+        runner = max(runners.values(), key=lambda r: r.capacity)
+        setup.extra[name]["static_target"] = {
+            "capacity": runner.capacity, "bucket_ms": {str(b): round(1000 * s, 2) for b, s in runner.seconds.items()},
+            "target_warmup_s": round(runner.warmup_s, 1), "graphs_after_warmup": runner.compiles}
+        setup.extra[name]["_runner"] = runner
 
 
 def _add_generation_stats(rec: MethodRecord, stats: GenerationStats) -> None:
@@ -655,6 +716,15 @@ def score_divergences(config: BenchConfig, setup: BenchSetup, records: dict[str,
             "divergences": [d.to_dict() for d in divs],
             "tie_explained_vs_ar": tie_explained(divs, tie["tie_margin"]) if tie else None,
         }
+    compiled_ar = records.get("ar-compiled")
+    if compiled_ar is not None:  # compiled and eager kernels round differently: compiled methods against compiled plain decoding too
+        for name, rec in records.items():
+            if name in ("ar", "ar-compiled"):
+                continue
+            divs = [d for i, (_, ids) in enumerate(setup.items)
+                    if (d := score_divergence(reference, ids, compiled_ar.outputs[i], rec.outputs[i], i)) is not None]
+            out[name]["divergences_vs_ar_compiled"] = [d.to_dict() for d in divs]
+            out[name]["tie_explained_vs_ar_compiled"] = tie_explained(divs, tie["tie_margin"]) if tie else None
     return out
 
 
@@ -724,7 +794,7 @@ def summarise(config: BenchConfig, setup: BenchSetup, records: dict[str, MethodR
             "verify_time_s": None,
             "peak_memory_mb": rec.peak_memory_mb,
         }
-        if name != "ar":
+        if name not in PLAIN_METHODS:
             acc = acceptance.compute(committed_tokens=rec.committed, rounds=rec.rounds, accepted_lengths=rec.accepted)
             entry.update(tau=acc["tau"], rounds=acc["rounds"], accept_length_hist=acc["accept_length_hist"])
             entry.update(tau_per_item(rec.committed, rec.rounds))
@@ -738,6 +808,12 @@ def summarise(config: BenchConfig, setup: BenchSetup, records: dict[str, MethodR
             entry["decode_tokens_per_s"] = decode_rate(rec.tokens, rec.seconds, rec.first_chunk_tokens, rec.first_chunk_s)
             if ar is not None and ar.first_chunk_s:
                 entry["decode_speedup_vs_ar"] = entry["decode_tokens_per_s"] / decode_rate(ar.tokens, ar.seconds, ar.first_chunk_tokens, ar.first_chunk_s)
+        compiled_ar = records.get("ar-compiled")
+        if compiled_ar is not None and name != "ar-compiled":  # against the best plain path, like with like
+            entry["speedup_vs_ar_compiled"] = speedup.compute(tokens=rec.tokens, seconds=rec.seconds, baseline_tokens=compiled_ar.tokens,
+                                                              baseline_seconds=compiled_ar.seconds)["speedup"]
+            if not sampling:
+                entry["exact_match_vs_ar_compiled"] = exact.compute(predictions=rec.outputs, references=compiled_ar.outputs)["exact_match"]
         if ar is not None:
             entry["speedup_vs_ar"] = speedup.compute(tokens=rec.tokens, seconds=rec.seconds, baseline_tokens=ar.tokens, baseline_seconds=ar.seconds)["speedup"]
             if not sampling:
@@ -821,7 +897,9 @@ def _param_mb(model) -> float:
 
 
 def markdown_table(result: dict) -> str:
-    cols = ["method", "tok/s", "speedup vs AR", "tau", "exact vs AR", "rounds", "draft s", "verify s", "hit rate", "peak extra MB"]
+    compiled = "ar-compiled" in result["methods"] and "tokens_per_s" in result["methods"]["ar-compiled"]
+    cols = ["method", "tok/s", "speedup vs AR", *(["vs compiled AR"] if compiled else []), "tau", "exact vs AR", "rounds", "draft s",
+            "verify s", "hit rate", "peak extra MB"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
 
     def fmt(v, spec="{:.2f}"):
@@ -837,6 +915,7 @@ def markdown_table(result: dict) -> str:
                 name,
                 fmt(m["tokens_per_s"], "{:.1f}"),
                 fmt(m["speedup_vs_ar"], "{:.2f}x"),
+                *([fmt(m.get("speedup_vs_ar_compiled", 1.0 if name == "ar-compiled" else None), "{:.2f}x")] if compiled else []),
                 fmt(m["tau"]),
                 fmt(m["exact_match_vs_ar"]),
                 fmt(m["rounds"], "{}"),

@@ -110,6 +110,7 @@ def cmd_bench(args) -> int:
         lm_source=args.lm_source,
         lm_int8=args.lm_int8,
         lm_head_vocab=args.lm_head_vocab,
+        compile_backend=args.compile_backend,
         temperature=args.temperature,
         top_p=args.top_p,
         jacobi_passes=args.jacobi_passes,
@@ -333,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--limit", type=int, default=20)
     bench.add_argument("--offset", type=int, default=0, help="skip this many prompts of the fixed shuffle first")
     bench.add_argument("--max-new-tokens", type=int, default=256)
-    bench.add_argument("--methods", default="ar,prompt-lookup,jetspec", help="comma list of ar, prompt-lookup, drafter-free, drafter-free-tree, jetspec, jetspec-chain, jetspec-fixed, jetspec-length, jetspec-ngram, jetspec-j0, jetspec-j1, jetspec-j2, jetspec-tree, jetspec-tree-branched, jetspec-tree-policy, jetspec-tree-branched-policy, jetspec-tree-policy-j0, jetspec-tree-policy-j1, jetspec-baseline, jetspec-compiled, jetspec-int8, jetspec-online, assisted, hf-dflash")
+    bench.add_argument("--methods", default="ar,prompt-lookup,jetspec", help="comma list of ar, ar-compiled, prompt-lookup, drafter-free, drafter-free-tree, jetspec, jetspec-chain, jetspec-fixed, jetspec-length, jetspec-ngram, jetspec-j0, jetspec-j1, jetspec-j2, jetspec-tree, jetspec-tree-branched, jetspec-tree-policy, jetspec-tree-branched-policy, jetspec-tree-policy-j0, jetspec-tree-policy-j1, jetspec-baseline, jetspec-compiled, jetspec-compiled-drafter, jetspec-int8, jetspec-online, assisted, hf-dflash")
     bench.add_argument("--tree", default=None, choices=["off", "auto"],
                        help="tree verification for every jetspec method (default: the drafter's own drafting_config)")
     bench.add_argument("--tree-top-k", type=int, default=None,
@@ -348,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (with --temperature > 0)")
     bench.add_argument("--jacobi-passes", type=int, default=None)
     bench.add_argument("--budget", type=int, default=None)
+    bench.add_argument("--compile-backend", default="inductor", help="torch.compile backend of ar-compiled and jetspec-compiled (eager: trace only)")
     bench.add_argument("--prompt-lookup-tokens", type=int, default=10)
     bench.add_argument("--foresight", action=argparse.BooleanOptionalAction, default=None,
                        help="pre-draft the next block for likely outcomes while verifying (needs a foresight adapter)")
