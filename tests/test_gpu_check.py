@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = {"environment", "exactness", "bf16_ties", "system_timing", "smollm2", "long_prompts", "ctmc_cost", "kernels", "train_pipeline"}
+SECTIONS = {"environment", "exactness", "bf16_ties", "system_timing", "compiled_rounds", "smollm2", "long_prompts", "ctmc_cost", "kernels", "train_pipeline"}
 
 
 def test_gpu_check_dry_run(tmp_path):
@@ -27,6 +27,8 @@ def test_gpu_check_dry_run(tmp_path):
     assert all(r.get("exact", True) for r in timing.values())
     long = data["sections"]["long_prompts"]  # fp32 in the dry run: every method writes plain decoding's tokens
     assert "skipped" in long or (long["ar_prefill_share"] > 0 and all(r["identical_to_ar"] in ("-", "1/1") for r in long["rows"]))
+    compiled = data["sections"]["compiled_rounds"]  # fp32: compiled rounds write compiled plain decoding's tokens, compiling nothing after warm-up
+    assert compiled["all_identical"] and compiled["no_recompiles"] and len(compiled["rows"]) == 2
     pipeline = data["sections"]["train_pipeline"]  # regenerate, train, evaluate within the budget
     assert pipeline["regenerated_sequences"] > 0 and pipeline["train_steps"] > 0 and pipeline["curve"] and pipeline["all_identical"]  # fp32
     assert (tmp_path / "gpu_check.md").read_text().startswith("# GPU check (dry run")

@@ -13,8 +13,8 @@ from transformers.generation.logits_process import TemperatureLogitsWarper
 
 from hf_jetspec import DraftingConfig, JetSpecDrafter
 from hf_jetspec.assistant import DrafterFreeAssistant, DrafterFreeConfig
-from hf_jetspec.generation.static_rounds import (RUNNERS_ATTRIBUTE, bucket_for, capacity_for, default_buckets, static_target_for,
-                                                 static_verification_mask)
+from hf_jetspec.generation.static_rounds import (RUNNERS_ATTRIBUTE, bucket_for, capacity_for, default_buckets, static_greedy,
+                                                 static_target_for, static_verification_mask)
 from hf_jetspec.generation.tree import DraftTree, tree_attention_mask
 
 BACKEND = "aot_eager"  # traced and partitioned like inductor's input, without generating code: fast, same graphs
@@ -129,6 +129,16 @@ def test_accepted_rows_move_into_place_in_the_static_cache(llama_target):
         runner.keep_rows(4, [0, 2, 5])
     keys = runner.cache.layers[0].keys[0, 0, :, 0]
     assert keys[4:7].tolist() == [4.0, 6.0, 9.0] and runner.length() == 7
+
+
+def test_static_greedy_is_plain_greedy_decoding_and_stops_at_eos(family_target):
+    target = family_target
+    for prompt in PROMPTS:
+        plain = target.generate(prompt, do_sample=False, max_new_tokens=30)
+        assert torch.equal(static_greedy(target, prompt, 30, [], BACKEND), plain)
+        eos = int(plain[0, prompt.shape[1] + 4])  # the fifth new token ends the answer
+        stopped = target.generate(prompt, do_sample=False, max_new_tokens=30, eos_token_id=eos)
+        assert torch.equal(static_greedy(target, prompt, 30, [eos], BACKEND), stopped)
 
 
 # ---------------------------------------------------------------------------- real compiler, fp32

@@ -19,8 +19,11 @@ verify through a :class:`StaticTarget` instead of an eager forward on a dynamic 
   profile (:meth:`StaticTarget.profile`), so widths are priced as they will run. The compile count
   is kept (:attr:`StaticTarget.compiles`): after warm-up a call compiles nothing.
 - **Devices.** On CPU the graphs are built by inductor with weight freezing (the weights are
-  constants of the graph, pre-packed for the CPU kernels). On CUDA the mode is ``reduce-overhead``
-  (each bucket captured as a CUDA graph); outputs are copied out before the next replay.
+  constants of the graph, pre-packed for the CPU kernels: a target whose weights change after its
+  first compiled call needs its :data:`RUNNERS_ATTRIBUTE` entry dropped). On CUDA the mode is
+  ``reduce-overhead`` (each bucket captured as a CUDA graph); outputs are copied out before the next replay.
+- **What it buys.** SmolLM2-135M in bf16 on two CPU cores, over a 200-token cache: 16 tokens compiled
+  cost 36.8 ms against 45.0 ms for one eager token, 8 tokens 29.2 ms (``benchmarks/static_rounds_cost.py``).
 
 Sliding-window layers keep a cache that drops rows by count, and a given four-dimensional mask
 switches transformers' window masking off, so targets with them get a clear error. The drafter's
@@ -296,3 +299,30 @@ def static_target_for(target, needed: int, max_width: int, hidden_layers: list[i
         runner.warm_up()
         runners[key] = runner
     return runner
+
+
+@torch.no_grad()
+def static_greedy(target, input_ids: torch.Tensor, max_new_tokens: int, eos_token_ids=(), backend: str = "inductor",
+                  buckets: tuple[int, ...] = (1, 8)) -> torch.Tensor:
+    """Plain greedy decoding, one token a step, through a :class:`StaticTarget` (the compiled forward
+    compiled rounds verify with: frozen weights on CPU, each step in the cheapest measured bucket).
+    Returns ``input_ids`` [1, n] with the new tokens, stopping after an ``eos_token_ids`` token.
+
+    A reference for what compilation alone gives plain decoding on this machine; it takes no logits
+    processors or sampling (``generate`` with a static cache and a ``CompileConfig`` is the general path)."""
+    from .gqa_attention import masked_gqa
+
+    if input_ids.shape[0] != 1:
+        raise ValueError("static_greedy decodes one sequence (batch size 1)")
+    eos = set(int(t) for t in eos_token_ids)
+    with masked_gqa(target):
+        runner = static_target_for(target, input_ids.shape[1] + max_new_tokens, 1, [], backend, buckets)
+        out = runner.prefill(input_ids)
+        tokens = [int(out.logits[0, -1].argmax())]
+        one = torch.ones(1, 1, dtype=torch.bool)
+        while len(tokens) < max_new_tokens and tokens[-1] not in eos:
+            position = input_ids.shape[1] + len(tokens) - 1
+            ids = torch.tensor([[tokens[-1]]], device=input_ids.device)
+            out = runner.verify(ids, torch.tensor([[position]], device=input_ids.device), one, position)
+            tokens.append(int(out.logits[0, -1].argmax()))
+    return torch.cat([input_ids, torch.tensor([tokens], dtype=input_ids.dtype, device=input_ids.device)], dim=1)

@@ -6,6 +6,9 @@ warm-up. Metrics are computed with the package's ``evaluate`` modules.
 
 Methods:
     ar              the target's own ``generate`` (greedy or sampled)
+    ar-static       plain greedy steps through the forward compiled rounds verify with (``static_greedy``:
+                    frozen weights on CPU, each step in the cheapest measured bucket): what compilation
+                    alone gives plain decoding here (greedy only; no ``generate`` options)
     ar-compiled     the same on a static cache with the compiled forward (``cache_implementation="static"``
                     and a ``CompileConfig``: inductor, with CUDA graphs on CUDA); the
                     cache is sized for the longest item, and the compile (a warm-up on that item) is
@@ -85,8 +88,8 @@ JETSPEC_VARIANTS = {
     "jetspec-wide": {"tree_nodes": 32},  # policy trees may verify up to 32 nodes (the cost model still picks the count)
 }
 DRAFTER_FREE_VARIANTS = ("drafter-free", "drafter-free-tree")
-PLAIN_METHODS = ("ar", "ar-compiled")  # the target alone: no rounds, no tau
-METHODS = ("ar", "ar-compiled", "prompt-lookup", *DRAFTER_FREE_VARIANTS, *JETSPEC_VARIANTS, "assisted", "hf-dflash")
+PLAIN_METHODS = ("ar", "ar-compiled", "ar-static")  # the target alone: no rounds, no tau
+METHODS = ("ar", "ar-compiled", "ar-static", "prompt-lookup", *DRAFTER_FREE_VARIANTS, *JETSPEC_VARIANTS, "assisted", "hf-dflash")
 # what runs on several rows at once; the rest say why not in the result (``unavailable``)
 BATCH_METHODS = ("ar", "drafter-free")
 BATCH_UNAVAILABLE = {
@@ -94,6 +97,7 @@ BATCH_UNAVAILABLE = {
     "assisted": "transformers' assisted generation refuses more than one row",
     "hf-dflash": "transformers' DFlash generation runs one row at a time",
     "ar-compiled": "the static-cache compiled path is measured one row at a time here",
+    "ar-static": "static_greedy decodes one row",
     "drafter-free-tree": "batched rounds verify chains (trees run one row at a time)",
 }
 DEFAULT_ASSISTANTS = {"qwen2.5-coder-1.5b": "qwen2.5-coder-0.5b"}
@@ -149,6 +153,8 @@ class BenchConfig:
             raise ValueError("max_new_tokens must be >= 1")
         if self.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        if "ar-static" in self.methods and self.temperature > 0:
+            raise ValueError("ar-static decodes greedily: run it with temperature 0 (ar-compiled samples)")
         if ("jetspec-baseline" in self.methods) != (self.baseline_drafter is not None):
             raise ValueError("the jetspec-baseline method and --baseline-drafter go together: give both or neither")
 
@@ -554,7 +560,14 @@ def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True, d
         with PeakMemory(device) as mem:
             t0 = time.perf_counter()
             with torch.no_grad():
-                out = target.generate(ids, attention_mask=torch.ones_like(ids), streamer=counter, **kwargs)
+                if name == "ar-static":
+                    from ..generation.static_rounds import static_greedy
+
+                    eos = target.generation_config.eos_token_id
+                    out = static_greedy(target, ids, max_new_tokens, eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [],
+                                        config.compile_backend)
+                else:
+                    out = target.generate(ids, attention_mask=torch.ones_like(ids), streamer=counter, **kwargs)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             elapsed = time.perf_counter() - t0
@@ -566,7 +579,7 @@ def run_methods(setup: BenchSetup, config: BenchConfig, progress: bool = True, d
     longest = max(items, key=lambda item: item[1].shape[1])[1]
     for name in config.methods:  # warm-up: every code path once, untimed
         try:
-            compiled = name == "ar-compiled" or (name in JETSPEC_VARIANTS and (
+            compiled = name in ("ar-compiled", "ar-static") or (name in JETSPEC_VARIANTS and (
                 setup.extra[name]["drafting_config"]["compile"] or setup.extra[name]["drafting_config"]["compiled_rounds"]))
             if compiled:
                 # compile every graph the timed runs need (each cache capacity up to the longest context)
@@ -814,6 +827,10 @@ def summarise(config: BenchConfig, setup: BenchSetup, records: dict[str, MethodR
                                                               baseline_seconds=compiled_ar.seconds)["speedup"]
             if not sampling:
                 entry["exact_match_vs_ar_compiled"] = exact.compute(predictions=rec.outputs, references=compiled_ar.outputs)["exact_match"]
+        static_ar = records.get("ar-static")
+        if static_ar is not None and name != "ar-static":  # against plain steps through the same compiled forward
+            entry["speedup_vs_ar_static"] = speedup.compute(tokens=rec.tokens, seconds=rec.seconds, baseline_tokens=static_ar.tokens,
+                                                            baseline_seconds=static_ar.seconds)["speedup"]
         if ar is not None:
             entry["speedup_vs_ar"] = speedup.compute(tokens=rec.tokens, seconds=rec.seconds, baseline_tokens=ar.tokens, baseline_seconds=ar.seconds)["speedup"]
             if not sampling:
