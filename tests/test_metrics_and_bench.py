@@ -137,6 +137,26 @@ def test_bench_int8_variant_compiles_in_warmup_and_stays_exact():
 
 
 @pytest.mark.slow
+def test_bench_compiled_methods_compare_like_with_like():
+    """``ar-compiled``, ``ar-static`` and ``jetspec-compiled`` beside ``ar`` (fp32, traced with the eager
+    backend): every output is plain decoding's, the compiled rounds' record is their own runner's, and
+    no graph compiles in the timed runs."""
+    from hf_jetspec.tools.bench import BenchConfig, run_bench
+
+    cfg = BenchConfig(prompts="gsm8k", limit=1, max_new_tokens=12, methods=("ar", "ar-compiled", "ar-static", "jetspec-compiled"),
+                      warmup_tokens=4, dtype="float32", budget=8, compile_backend="eager")
+    m = run_bench(cfg, progress=False)["methods"]
+    assert all(m[name]["exact_match_vs_ar"] == 1.0 for name in ("ar-compiled", "ar-static", "jetspec-compiled"))
+    assert m["jetspec-compiled"]["exact_match_vs_ar_compiled"] == 1.0 and m["jetspec-compiled"]["speedup_vs_ar_static"] > 0
+    record = m["jetspec-compiled"]["static_target"]
+    assert record["graphs_after_runs"] == record["graphs_after_warmup"] and set(record["bucket_ms"]) == {"1", "8"}
+    assert record["read_layers"]  # the rounds' runner, not ar-static's (which reads no hidden states)
+    assert m["ar-compiled"]["tau"] is None and m["ar-static"]["compile_warmup_s"] > 0
+    with pytest.raises(ValueError, match="decodes greedily"):
+        BenchConfig(methods=("ar", "ar-static"), temperature=0.7)
+
+
+@pytest.mark.slow
 def test_bench_bf16_scores_divergences():
     """`bench --dtype bfloat16` writes the tie margin, the divergences and the tie-explained share per method."""
     from hf_jetspec.tools.bench import BenchConfig, run_bench

@@ -98,7 +98,7 @@ def test_greedy_output_is_compiled_plain_decoding_and_nothing_compiles_after_war
     assert stats.rounds > 0 and stats.tree_nodes and max(stats.chosen_lengths) >= 1
 
 
-def test_a_longer_call_builds_a_larger_cache_and_stays_exact(llama_target):
+def test_a_longer_call_builds_a_larger_cache_and_stays_exact():
     target = build("llama", seed=4)
     drafter = JetSpecDrafter.for_target(target).eval()
     drafter.drafting_config = drafter.drafting_config.replace(budget=6, tree="auto", compiled_rounds=True, compile_backend=BACKEND)
@@ -167,6 +167,13 @@ def test_compiled_sampled_rounds_match_the_exact_law(sampled_drafts):
     counts = empirical(target, drafter, temperature=1.0, top_k=0)
     assert drafter.generation_stats.tree_nodes and chi2_pvalue(law, counts) > 1e-3
     assert runner_of(target).compiles == len(runner_of(target).buckets)
+
+
+def test_batched_drafter_free_calls_are_refused_in_compiled_mode(llama_target):
+    free = DrafterFreeAssistant.for_target(llama_target, DrafterFreeConfig(tree=True, compiled_rounds=True, compile_backend=BACKEND))
+    prompts = torch.cat([PROMPTS[0][:, :12], PROMPTS[1][:, :12]])
+    with pytest.raises(ValueError, match="one sequence at a time"):
+        llama_target.generate(prompts, attention_mask=torch.ones_like(prompts), do_sample=False, max_new_tokens=4, assistant_model=free)
 
 
 def test_sliding_window_targets_are_refused_by_name():

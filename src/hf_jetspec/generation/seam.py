@@ -155,6 +155,8 @@ def _decode(original, self, input_ids, recorder, *args, **kwargs):
     if reason is not None:
         logger.warning_once(f"hf_jetspec: tree={drafter.drafting_config.tree!r} falls back to chain rounds: {reason}")
     if _is_drafter_free(drafter) and input_ids.shape[0] > 1 and not args:  # several prompts: our own batched loop
+        if drafter.drafting_config.compiled_rounds:
+            raise ValueError("compiled rounds run one sequence at a time: set compiled_rounds=False for batched generate")
         if getattr(drafter, "lm_source", None) is not None:
             raise ValueError("an LM source proposes for one sequence at a time: detach it (attach_lm_source(None)) for batched generate")
         from .batched_decoding import batched_decoding

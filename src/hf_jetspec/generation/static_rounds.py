@@ -206,16 +206,10 @@ class StaticTarget:
     def keep_rows(self, start: int, rows: list[int]) -> None:
         """Keep, of the rows written from ``start`` on, only ``rows`` (increasing offsets), moved down
         into place; the length becomes ``start + len(rows)``."""
-        m = len(rows)
-        first_gap = next((j for j, r in enumerate(rows) if r != j), m)
-        if first_gap < m:
-            device = self.cache.layers[0].keys.device
-            source = torch.tensor(rows[first_gap:], dtype=torch.long, device=device) + start
-            dest = torch.arange(start + first_gap, start + m, device=device)
-            for layer in self.cache.layers:
-                layer.keys.index_copy_(2, dest, layer.keys.index_select(2, source))
-                layer.values.index_copy_(2, dest, layer.values.index_select(2, source))
-        self.set_length(start + m)
+        from .tree_decoding import move_rows_down
+
+        move_rows_down(self.cache.layers, start, rows)
+        self.set_length(start + len(rows))
 
     # -- forwards ----------------------------------------------------------------------------
     def prefill(self, ids: torch.Tensor):

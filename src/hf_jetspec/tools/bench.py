@@ -647,11 +647,11 @@ def _record_static_target(setup: BenchSetup, name: str) -> None:
     compile count (kept so that the count after the timed runs shows they compiled nothing)."""
     from ..generation.static_rounds import RUNNERS_ATTRIBUTE
 
-    runners = setup.target.__dict__.get(RUNNERS_ATTRIBUTE, {})
+    runners = [r for r in setup.target.__dict__.get(RUNNERS_ATTRIBUTE, {}).values() if r.hidden_layers]  # ar-static's reads none
     if runners:
-        runner = max(runners.values(), key=lambda r: r.capacity)
+        runner = max(runners, key=lambda r: r.capacity)
         setup.extra[name]["static_target"] = {
-            "capacity": runner.capacity, "bucket_ms": {str(b): round(1000 * s, 2) for b, s in runner.seconds.items()},
+            "capacity": runner.capacity, "read_layers": runner.hidden_layers, "bucket_ms": {str(b): round(1000 * s, 2) for b, s in runner.seconds.items()},
             "target_warmup_s": round(runner.warmup_s, 1), "graphs_after_warmup": runner.compiles}
         setup.extra[name]["_runner"] = runner
 
