@@ -40,6 +40,8 @@ from types import SimpleNamespace
 
 import torch
 
+from .cache_rows import move_rows_down
+
 CAPACITY_STEP = 512  # static cache capacities are multiples of this many positions
 MAX_GRAPHS = 64  # graphs dynamo may hold for the verification forward (buckets x capacities x targets in one process)
 
@@ -206,7 +208,6 @@ class StaticTarget:
     def keep_rows(self, start: int, rows: list[int]) -> None:
         """Keep, of the rows written from ``start`` on, only ``rows`` (increasing offsets), moved down
         into place; the length becomes ``start + len(rows)``."""
-        from .tree_decoding import move_rows_down
 
         move_rows_down(self.cache.layers, start, rows)
         self.set_length(start + len(rows))

@@ -26,6 +26,7 @@ from ..drafter.drafter_cache import gather_pending, trim_pending
 from ..drafter.drafting_config import check_context_window
 from ..drafter.jacobi import initial_block_inputs, jacobi_refine, sample_noise_tokens
 from ..assistant.lm_source import LM_SOURCE, check_lm_source, propose_priced
+from .cache_rows import keep_cache_rows
 from .sampled_drafting import Proposal, make_proposal, row_pure
 from .stats import GenerationStats
 from ..policy import (
@@ -139,33 +140,6 @@ def verification_mask(tree: DraftTree, context_len: int, dtype: torch.dtype, dev
     if boolean:
         return mask
     return torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill(~mask, torch.finfo(dtype).min)
-
-
-def move_rows_down(layers, start: int, rows: list[int]) -> None:
-    """In every cache layer, move the rows at ``start + rows`` (increasing offsets) to ``start ..
-    start + len(rows) - 1``, in place; only those after the first gap are copied."""
-    m = len(rows)
-    first_gap = next((j for j, r in enumerate(rows) if r != j), m)  # rows[:first_gap] are already in place
-    if first_gap == m:
-        return
-    index = None
-    dest = slice(start + first_gap, start + m)
-    for layer in layers:
-        if index is None or index.device != layer.keys.device:
-            index = torch.tensor(rows[first_gap:], dtype=torch.long, device=layer.keys.device) + start
-        layer.keys[:, :, dest] = layer.keys.index_select(2, index)
-        layer.values[:, :, dest] = layer.values.index_select(2, index)
-
-
-def keep_cache_rows(cache, start: int, rows: list[int]) -> None:
-    """Keep, of the cache rows from ``start`` on, only ``rows`` (increasing offsets from ``start``), in order.
-
-    The kept rows move down in place (:func:`move_rows_down`) and the layer is cut to a view, so a
-    round costs the accepted rows, not the whole cache."""
-    move_rows_down(cache.layers, start, rows)
-    for layer in cache.layers:
-        layer.keys = layer.keys[:, :, : start + len(rows)]
-        layer.values = layer.values[:, :, : start + len(rows)]
 
 
 def _check_supported(target, cache, generation_config, input_ids, model_kwargs, compiled: bool = False) -> None:
