@@ -150,3 +150,143 @@ def test_sampling_follows_the_targets_law_row_by_row_at_batch_2(monkeypatch):
 
     wrong = counts(from_p)
     assert min(chi2_pvalue(laws[b], wrong[b]) for b in range(2)) < 1e-6
+
+
+# ------------------------------------------------------------------------------------------ the block drafter in batches
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def trained(request):
+    """(target, drafter fitted to its greedy continuations, rows cut from the fitting prompts to different lengths)."""
+    from helpers import train_drafter_on_greedy
+
+    target = tiny_llama() if request.param == "llama" else tiny_qwen2()
+    drafter, prompts = train_drafter_on_greedy(target, seed=0 if request.param == "llama" else 1)
+    rows = [p.reshape(-1).tolist()[: 4 + 3 * i] for i, p in enumerate(prompts[:5])]
+    return target, drafter, rows
+
+
+def test_drafter_rows_are_batched_plain_decoding_and_rows_stop_on_their_own(trained):
+    """fp32, greedy: with the block drafter every row equals transformers' batched greedy output with the
+    same padding, rows accepting different counts, drafted in one forward per pass; then with an EOS that
+    some rows write early and others never, the same."""
+    from hf_jetspec.assistant import assistant_for
+
+    target, drafter, rows = trained
+    ids, mask = left_padded(rows)
+    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40, pad_token_id=0)
+    assistant = assistant_for(drafter)
+    out = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40, pad_token_id=0, assistant_model=assistant)
+    assert torch.equal(out, ref)
+    stats = assistant.generation_stats
+    assert stats.drafter_runs > 0 and "drafter" in stats.round_sources  # drafted blocks were verified
+    drafted = [a for a, s in zip(stats.accepted_lengths, stats.round_sources) if s == "drafter"]
+    assert max(drafted) >= 2 and len(set(drafted)) > 1  # ... and rows accepted different counts of them
+
+    generated = ref[:, ids.shape[1]:].tolist()
+    eos = next(t for row in generated for t in row[2:12] if any(t not in other for other in generated))
+    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40, pad_token_id=0, eos_token_id=eos)
+    out = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40, pad_token_id=0, eos_token_id=eos,
+                          assistant_model=assistant)
+    assert torch.equal(out, ref)
+    ended = [bool((row == eos).any()) for row in ref[:, ids.shape[1]:]]
+    assert any(ended) and not all(ended)
+
+
+def test_draft_rows_drafts_each_row_as_its_own_cache_would(trained):
+    """One forward over three rows with contexts of different lengths (and a window that slides) gives
+    each row the draft and top-1 probability that drafting it alone against its own cache gives."""
+    target, drafter, _ = trained
+    drafter.attach_target(target)
+    torch.manual_seed(3)
+    width = sum(drafter.config.target_hidden_size for _ in drafter.config.target_layer_ids)
+    lengths, window, gamma = [5, 12, 9], 10, 4
+    contexts = drafter.new_row_contexts(3, window)
+    alone = [drafter.new_cache() for _ in lengths]
+    states = [torch.randn(1, n, width) for n in lengths]
+    for step in (slice(0, 3), slice(3, None)):  # two appends: the second slides the longer rows' windows
+        chunk = [s[:, step] for s in states]
+        places = [torch.arange(n)[step] for n in lengths]
+        drafter.append_row_contexts(contexts, [[c] for c in chunk], places)
+        for cache, c, p in zip(alone, chunk, places):
+            drafter.append_context(cache, c, p, window=window)
+    assert contexts.lengths == [5, 10, 9]
+    blocks = torch.randint(0, drafter.config.target_vocab_size, (3, gamma))
+    starts = torch.tensor(lengths)
+    ids, top1 = drafter.draft_rows(contexts, blocks, starts)
+    for b in range(3):
+        one, summary = drafter.draft_block_summary(alone[b], blocks[b], int(starts[b]))
+        assert torch.equal(ids[b], one)
+        assert torch.allclose(top1[b], summary.top1_prob, atol=1e-5)
+
+
+def test_row_contexts_on_hand_numbers():
+    from hf_jetspec.drafter.row_contexts import RowContexts
+
+    def kv(values):  # one layer, one head, head_dim 1: the keys are the values written
+        t = torch.tensor(values, dtype=torch.float32).reshape(1, 1, -1, 1)
+        return [(t, t.clone())]
+
+    ctx = RowContexts(1, 3, window=3)
+    ctx.write(kv([1, 2, 10]), [2, 0, 1])
+    ctx.write(kv([3, 4, 20, 21]), [2, 2, 0])  # row 0 passes the window: it keeps 2, 3, 4
+    layers, visible = ctx.view()
+    assert ctx.lengths == [3, 2, 1]
+    assert layers[0][0][:, 0, :, 0].tolist()[0] == [2, 3, 4]
+    assert layers[0][0][1, 0, :2, 0].tolist() == [20, 21] and layers[0][0][2, 0, :1, 0].tolist() == [10]
+    assert visible.tolist() == [[True, True, True], [True, True, False], [True, False, False]]
+    ctx.select([2, 0])
+    assert ctx.lengths == [1, 3] and ctx.view()[0][0][0][1, 0, :, 0].tolist() == [2, 3, 4]
+    with pytest.raises(ValueError, match="window"):
+        ctx.write(kv([1, 2, 3, 4]), [4, 0])
+
+
+def test_batched_drafter_refuses_what_it_does_not_run_by_name(trained):
+    from hf_jetspec.assistant import assistant_for
+
+    target, drafter, rows = trained
+    ids, mask = left_padded(rows[:2])
+    assistant = assistant_for(drafter)
+    options = drafter.drafting_config
+    try:
+        options.compiled_rounds, options.tree = True, "auto"
+        with pytest.raises(ValueError, match="compiled rounds run one sequence"):
+            target.generate(ids, attention_mask=mask, assistant_model=assistant, max_new_tokens=4, pad_token_id=0)
+    finally:
+        options.compiled_rounds = False
+    assistant.learn_online(target=target)
+    try:
+        with pytest.raises(ValueError, match="online learning records one sequence"):
+            target.generate(ids, attention_mask=mask, assistant_model=assistant, max_new_tokens=4, pad_token_id=0)
+    finally:
+        assistant.stop_learning()
+
+
+def test_drafted_batches_follow_the_targets_law_row_by_row(monkeypatch):
+    """Sampling at batch 2 with the block drafter's drafts verified as point masses: each row follows the
+    exact law of its own first tokens."""
+    from test_sampling_exactness import NEW, SAMPLES, chi2_pvalue, exact_joint, sharp_drafter
+
+    import test_sampling_exactness as se
+    from hf_jetspec.assistant import assistant_for
+
+    target = _law_target()
+    rows = [[1, 3, 0, 2, 1, 3, 0], [2, 2, 1, 2, 2]]
+    ids, mask = left_padded(rows, pad=0)
+    laws = []
+    for r in rows:
+        monkeypatch.setattr(se, "PROMPT", torch.tensor([r]))
+        laws.append(exact_joint(target, []))
+    drafter = sharp_drafter(target)
+    drafter.drafting_config.ngram = False  # every proposal from the drafter
+    assistant = assistant_for(drafter)
+    torch.manual_seed(99)
+    found, drafted = [{}, {}], 0
+    for _ in range(SAMPLES):
+        out = target.generate(ids, attention_mask=mask, assistant_model=assistant, do_sample=True, max_new_tokens=NEW,
+                              min_new_tokens=NEW, pad_token_id=0)
+        drafted += sum(d for d, s in zip(assistant.generation_stats.drafted_lengths, assistant.generation_stats.round_sources)
+                       if s == "drafter")
+        for b in range(2):
+            key = tuple(out[b, ids.shape[1]:].tolist())
+            found[b][key] = found[b].get(key, 0) + 1
+    assert drafted > SAMPLES  # drafted blocks were verified
+    assert min(chi2_pvalue(laws[b], found[b]) for b in range(2)) > 1e-3

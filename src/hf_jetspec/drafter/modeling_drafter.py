@@ -15,6 +15,7 @@ from transformers.utils import ModelOutput, logging
 from .configuration_drafter import JetSpecDrafterConfig
 from .dflash_format import checkpoint_format
 from .drafter_cache import BlockAttention, DrafterCache
+from .row_contexts import RowContexts
 from .drafting_config import DRAFTING_CONFIG_NAME, DraftingConfig
 from .int8_drafting import Int8Head, check_int8_device, int8_linear, is_quantized, quantize_linear, restore_linear
 from ..kernels import head_summary, summarise_logits
@@ -420,6 +421,50 @@ class JetSpecDrafter(PreTrainedModel):
         for i, layer in enumerate(self.layers):
             k, v = layer.context_kv(ctx, cos, sin)
             cache.append(i, k, v)
+
+    def new_row_contexts(self, rows: int, window: int | None = None) -> RowContexts:
+        """Empty verified contexts of ``rows`` sequences drafted together (:meth:`draft_rows`)."""
+        if self.config.sliding_window is not None:
+            raise ValueError("a sliding-window drafter drafts one sequence at a time: batched generate needs a "
+                             "drafter with full attention (sliding_window=None)")
+        return RowContexts(self.config.num_hidden_layers, rows, window)
+
+    @torch.no_grad()
+    def append_row_contexts(self, contexts: RowContexts, states: list[list[torch.Tensor] | None],
+                            positions: list[torch.Tensor | None]) -> None:
+        """Add verified positions to each row of ``contexts``: ``states[b]`` is row ``b``'s list of
+        read-layer states ``[1, T_b, H]`` at ``positions[b]`` ``[T_b]`` (None: nothing new). All rows
+        are projected in one pass; with the contexts' window, only each row's newest ``window`` are."""
+        window = contexts.window
+        parts, places, counts = [], [], []
+        for row_states, row_positions in zip(states, positions):
+            if row_states is None or row_positions is None or row_positions.numel() == 0:
+                counts.append(0)
+                continue
+            if window is not None:
+                row_positions = row_positions[-window:]
+                row_states = [s[:, -window:] for s in row_states]
+            parts.append(torch.cat(row_states, dim=-1))
+            places.append(row_positions)
+            counts.append(int(row_positions.numel()))
+        if not parts:
+            return
+        ctx = self.project_context(torch.cat(parts, dim=1).to(self.device))
+        cos, sin = self._rotary(torch.cat(places)[None])
+        contexts.write([layer.context_kv(ctx, cos, sin) for layer in self.layers], counts)
+
+    @torch.no_grad()
+    def draft_rows(self, contexts: RowContexts, block_input_ids: torch.Tensor, start_positions: torch.Tensor,
+                   noise_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward over a block per row, ``[B, gamma]`` starting at ``start_positions`` ``[B]``, each
+        against its own row's context. Returns the argmax draft ids ``[B, gamma]`` (target ids) and
+        their top-1 probabilities ``[B, gamma]`` (float32)."""
+        bsz, gamma = block_input_ids.shape
+        layers, visible = contexts.view()
+        summary = self.draft_blocks(self.new_cache(), block_input_ids, start_positions, noise_mask, extra=(layers, visible),
+                                    summary=True)
+        ids = self._to_target_ids(summary.ids).reshape(bsz, gamma)
+        return ids, summary.top1_prob.reshape(bsz, gamma)
 
     @torch.no_grad()
     def extra_context(self, target_states: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -158,8 +158,8 @@ def _verify_row(logits: torch.Tensor, drafts: list[int], do_sample: bool) -> tup
 
 
 def batched_decoding(target, input_ids, logits_processor, stopping_criteria, generation_config, streamer, assistant, model_kwargs):
-    """Generate for every row of a left-padded batch with a drafter-free assistant's proposals (see the
-    module docstring); returns the sequences (or a ``GenerateDecoderOnlyOutput`` with them)."""
+    """Generate for every row of a left-padded batch with an assistant's proposals (see the module
+    docstring); returns the sequences (or a ``GenerateDecoderOnlyOutput`` with them)."""
     from transformers.generation.utils import GenerateDecoderOnlyOutput
 
     if streamer is not None:
@@ -173,6 +173,16 @@ def batched_decoding(target, input_ids, logits_processor, stopping_criteria, gen
     pad_id = int(pad) if pad is not None else 0
     from .. import policy as policy_module
 
+    drafter = None
+    if getattr(assistant, "drafter", None) is not None:  # a JetSpecAssistant: its drafter drafts every row in one forward
+        from .batched_drafting import BatchedDrafter, check_batched_drafter
+
+        check_batched_drafter(assistant)
+        assistant.drafter.attach_target(target)
+        assistant.drafter.configure_engine(options)
+        drafter = BatchedDrafter(assistant, input_ids.shape[0])
+    hidden_layers = None if drafter is None else drafter.hidden_layers
+
     # what a forward of rows x tokens costs here, per bucket of live rows (powers of two, each priced at
     # its top: a few profiles per process, all measured before the first round, none inside a later call)
     models: dict[int, CostModel] = {}
@@ -182,6 +192,8 @@ def batched_decoding(target, input_ids, logits_processor, stopping_criteria, gen
     def cost_for(rows_live: int) -> CostModel:
         return models[row_bucket(rows_live)]
     memory = assistant.output_memory if options.output_memory else None
+    gate = assistant.output_memory.draft_gate("batch") if drafter is not None else None
+    use_ngrams = getattr(options, "ngram", True)  # a drafter's config may switch n-gram proposals off
     stats = GenerationStats()
     device = input_ids.device
     rows = [_Row(input_ids[b], int(mask[b].sum()), options.max_ngram) for b in range(input_ids.shape[0])]
@@ -190,11 +202,16 @@ def batched_decoding(target, input_ids, logits_processor, stopping_criteria, gen
 
     t0 = time.perf_counter()
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = target(input_ids=input_ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
+    out = target(input_ids=input_ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1,
+                 output_hidden_states=hidden_layers)
     last = out.logits[:, -1].float()
     if logits_processor is not None and len(logits_processor) > 0:
         last = logits_processor(input_ids, last)
     first = torch.multinomial(torch.softmax(last, -1), 1).squeeze(-1) if do_sample else last.argmax(-1)
+    if drafter is not None:  # each row's prompt, without its padding, is the drafter's first context
+        width = input_ids.shape[1]
+        for b, row in enumerate(rows):
+            drafter.observe(b, [out.hidden_states[i][b : b + 1, width - row.real :] for i in hidden_layers], torch.arange(row.real))
     stats.prefill_time_s += time.perf_counter() - t0
     anchors = []
     for b, row in enumerate(rows):
@@ -210,27 +227,51 @@ def batched_decoding(target, input_ids, logits_processor, stopping_criteria, gen
             cache.batch_select_indices(index)
             mask = mask[index]
             live, anchors = [live[j] for j in keep], [anchors[j] for j in keep]
+            if drafter is not None:
+                drafter.select(keep)
             first_col = int(mask.any(0).float().argmax())  # left padding no live row needs
             if first_col > 0:
                 for layer in _cache_layers(cache):
                     layer.keys, layer.values = layer.keys[:, :, first_col:], layer.values[:, :, first_col:]
                 mask = mask[:, first_col:]
         t0 = time.perf_counter()
-        proposals, offered, expected = [], [], []
-        for b in live:
+        cost = cost_for(len(live))
+        gammas = [min(options.budget - 1, generation_config.max_length - rows[b].prompt.numel() - len(rows[b].tokens) - 1) for b in live]
+        top_gamma = max(gammas)
+        costs = cost.verify_costs(max(top_gamma, 0))
+        proposals, offered, expected, sources = [], [], [], []
+        for b, gamma in zip(live, gammas):
             row = rows[b]
-            gamma = min(options.budget - 1, generation_config.max_length - row.prompt.numel() - len(row.tokens) - 1)
-            proposal = propose_ngram(row.index, memory, gamma) if gamma > 0 else None
+            proposal = propose_ngram(row.index, memory, gamma) if gamma > 0 and use_ngrams else None
             tokens = [] if proposal is None else list(proposal.tokens[:gamma])
             probs = [] if proposal is None else assistant.output_memory.accept_probs(proposal)[: len(tokens)]
             proposals.append(proposal)
             offered.append(tokens)
             expected.append(expected_committed(probs))
+            sources.append("ngram" if tokens else "plain")
+        if drafter is not None and top_gamma > 0:
+            free = choose_batch_width(expected, costs)
+            if gate.should_draft():
+                t_draft = time.perf_counter()
+                drafts, draft_probs, passes = drafter.propose(anchors, [rows[b].real - 1 for b in live],
+                                                              [rows[b].ids()[rows[b].prompt.numel() - rows[b].real + len(rows[b].tokens):]
+                                                               for b in live], top_gamma)
+                cost.observe_draft(passes, time.perf_counter() - t_draft)
+                stats.drafter_runs += 1
+                for j, gamma in enumerate(gammas):  # each row keeps the likelier of its two proposals
+                    tokens, probs = drafts[j][: max(gamma, 0)], draft_probs[j][: max(gamma, 0)]
+                    mine = expected_committed(probs)
+                    if tokens and mine[-1] > expected[j][-1]:
+                        offered[j], expected[j], sources[j] = tokens, mine, "drafter"
+                with_drafts = choose_batch_width(expected, costs)
+                value = with_drafts.expected_tokens / (with_drafts.cost_s + cost.draft_cost(passes))
+                gate.observe(value, free.rate)
+            else:
+                gate.skipped()
         # one width for the batch: the cap on every row's proposal with the most expected tokens across
         # the rows per second, at what a forward of this many rows costs (plain steps for all: 0)
-        cost = cost_for(len(live))
         top = max(len(t) for t in offered)
-        cap = choose_batch_width(expected, cost.verify_costs(top)).length if top else 0
+        cap = choose_batch_width(expected, costs).length if top else 0
         chosen = [t[:cap] for t in offered]
         width = 1 + max(len(c) for c in chosen)
         feed = torch.full((len(live), width), pad_id, dtype=input_ids.dtype, device=device)
@@ -243,7 +284,8 @@ def batched_decoding(target, input_ids, logits_processor, stopping_criteria, gen
         full = torch.cat([mask, new_cols], dim=1)
         t1 = time.perf_counter()
         stats.draft_time_s += t1 - t0
-        out = target(input_ids=feed, attention_mask=full, position_ids=positions, cache=cache, use_cache=True)
+        out = target(input_ids=feed, attention_mask=full, position_ids=positions, cache=cache, use_cache=True,
+                     output_hidden_states=hidden_layers)
         logits = out.logits  # in the target's dtype: an argmax needs no upcast, a sampled row is upcast when read
         kept = torch.zeros_like(new_cols)
         for j, b in enumerate(live):
@@ -251,11 +293,17 @@ def batched_decoding(target, input_ids, logits_processor, stopping_criteria, gen
             rowlogits = _process(logits_processor, row, drafts, logits[j, : 1 + len(drafts)])
             accepted, token = _verify_row(rowlogits, drafts, do_sample)
             kept[j, : 1 + accepted] = 1  # the anchor and the accepted drafts are now in the cache
+            if drafter is not None:  # ... and verified context for the drafter
+                drafter.observe(j, [out.hidden_states[i][j : j + 1, : 1 + accepted] for i in hidden_layers],
+                                torch.arange(row.real - 1, row.real + accepted))
+                if sources[j] == "drafter" and drafts:
+                    drafter.verified(j, len(drafts), accepted)
             committed = _commit_row(row, drafts[:accepted] + [token], stopping_criteria)
             anchors[j] = row.tokens[-1]
-            if proposals[j] is not None and drafts:
+            if sources[j] == "ngram" and proposals[j] is not None and drafts:
                 assistant.output_memory.observe(proposals[j], verified=len(drafts), accepted=accepted)
             stats.record_round(accepted=accepted, committed=committed, drafted=len(drafts))
+            stats.round_sources.append(sources[j] if drafts else "plain")
         elapsed = time.perf_counter() - t1
         stats.verify_time_s += elapsed
         cost.observe_verify(width, elapsed)

@@ -138,6 +138,8 @@ def _jetspec_decoding(original, self, input_ids, *args, **kwargs):
         learner = assistant_for(drafter).online_learner
     if learner is None:
         return _decode(original, self, input_ids, None, *args, **kwargs)
+    if input_ids.shape[0] > 1:
+        raise ValueError("online learning records one sequence at a time: stop_learning() before batched generate")
     recorder = learner.begin_call(self)
     t0 = time.perf_counter()
     result = None
@@ -154,7 +156,11 @@ def _decode(original, self, input_ids, recorder, *args, **kwargs):
     reason = None if _is_drafter_free(drafter) else drafter.drafting_config.tree_fallback_reason
     if reason is not None:
         logger.warning_once(f"hf_jetspec: tree={drafter.drafting_config.tree!r} falls back to chain rounds: {reason}")
-    if _is_drafter_free(drafter) and input_ids.shape[0] > 1 and not args:  # several prompts: our own batched loop
+    if input_ids.shape[0] > 1 and not args:  # several prompts: our own batched loop
+        if not _is_drafter_free(drafter):
+            from ..assistant import assistant_for
+
+            drafter = assistant_for(drafter)
         if drafter.drafting_config.compiled_rounds:
             raise ValueError("compiled rounds run one sequence at a time: set compiled_rounds=False for batched generate")
         if getattr(drafter, "lm_source", None) is not None:

@@ -1,0 +1,123 @@
+"""The block drafter as a proposal source of batched rounds: every live row drafted in one forward.
+
+:func:`~hf_jetspec.generation.batched_decoding.batched_decoding` asks the target for the drafter's
+read layers in each forward; the verified rows of each batch row (its prompt after the prefill, then
+each round's anchor and accepted drafts) wait here until the drafter next runs, and are then
+projected for all rows in one pass into :class:`~hf_jetspec.drafter.row_contexts.RowContexts`. A
+drafting round builds one J0 block per live row (the row's anchor, then noise from its own tokens,
+or mask inputs), drafts them all in one forward against their own contexts, and runs the Jacobi
+passes the same way, stopping once every row has reached its fixed point. Each row's drafted block
+is priced like a chain round's: the acceptance model's estimates from the top-1 probabilities and
+the agreement with the previous pass, corrected by what verification has observed of drafted blocks.
+
+Drafts are the drafter's argmax tokens in every mode; under sampling the batched loop verifies them
+as point masses (accept ``d`` with ``p(d)``), which keeps each row's law the target's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..drafter.drafter_cache import gather_pending, trim_pending
+from ..drafter.jacobi import sample_noise_tokens
+from ..policy import acceptance_features
+
+CHAIN_SOURCE = "drafter-chain"  # the same calibration source as one-row chain rounds (candidate_generator.CHAIN_SOURCE)
+
+
+def check_batched_drafter(assistant) -> None:
+    """Clear errors for what batched rounds do not run with a drafter."""
+    options = assistant.drafter.drafting_config
+    if options.needs_foresight_models:
+        raise ValueError("foresight drafting and context refreshes draft one sequence at a time: set foresight=False and "
+                         "num_context_refreshes=0 for batched generate")
+    if options.compiled_rounds:
+        raise ValueError("compiled rounds run one sequence at a time: set compiled_rounds=False for batched generate")
+    if assistant.lm_source is not None:
+        raise ValueError("an LM source proposes for one sequence at a time: detach it (attach_lm_source(None)) for batched generate")
+    if assistant.online_learner is not None:
+        raise ValueError("online learning records one sequence at a time: stop_learning() before batched generate")
+    if assistant.drafter.config.sliding_window is not None:
+        raise ValueError("a sliding-window drafter drafts one sequence at a time: batched generate needs a drafter with "
+                         "full attention (sliding_window=None)")
+
+
+class BatchedDrafter:
+    """The drafter's side of a batched call: per-row contexts, pending verified states, calibration."""
+
+    def __init__(self, assistant, rows: int):
+        drafter = assistant.drafter
+        self.drafter = drafter
+        self.options = drafter.drafting_config
+        self.window = self.options.effective_context_window
+        self.hidden_layers = [i + 1 for i in drafter.config.target_layer_ids]
+        self.contexts = drafter.new_row_contexts(rows, self.window)
+        self.pending: list[list] = [[] for _ in range(rows)]
+        # drafts are argmax tokens in every mode: the greedy fit prices them (the calibration corrects it)
+        self.acceptance = assistant.acceptance_model_for(False)
+        self.calibration = assistant.output_memory.node_calibration
+        self.generator = torch.Generator(device=drafter.device).manual_seed(self.options.seed)
+        self.raw: list[list[float]] = []
+
+    def observe(self, j: int, states: list[torch.Tensor], positions: torch.Tensor) -> None:
+        """Row ``j``'s newly verified positions: its read-layer states ``[1, T, H]`` at ``positions`` ``[T]``."""
+        self.pending[j].append((states, positions))
+        trim_pending(self.pending[j], self.window)
+
+    def select(self, keep: list[int]) -> None:
+        """Keep the rows ``keep`` (in that order)."""
+        self.contexts.select(keep)
+        self.pending = [self.pending[j] for j in keep]
+
+    def _flush(self) -> None:
+        states, positions = [], []
+        for j, waiting in enumerate(self.pending):
+            if waiting:
+                s, p = gather_pending(waiting, self.window)
+                states.append(s)
+                positions.append(p)
+                waiting.clear()
+            else:
+                states.append(None)
+                positions.append(None)
+        self.drafter.append_row_contexts(self.contexts, states, positions)
+
+    def _block_inputs(self, anchors: list[int], tokens: list[torch.Tensor], gamma: int):
+        device = self.drafter.device
+        rows = []
+        for anchor, seen in zip(anchors, tokens):
+            noise = sample_noise_tokens(seen.to(device), gamma - 1, self.generator)
+            rows.append(torch.cat([torch.tensor([anchor], dtype=torch.long, device=device), noise.to(device, torch.long)]))
+        inputs = torch.stack(rows)
+        noise_mask = None
+        if self.drafter.config.block_inputs == "mask":
+            noise_mask = (torch.arange(gamma, device=device) > 0)[None].expand(len(anchors), -1)
+        return inputs, noise_mask
+
+    @torch.no_grad()
+    def propose(self, anchors: list[int], starts: list[int], tokens: list[torch.Tensor], gamma: int) -> tuple[list[list[int]], list[list[float]], int]:
+        """Draft ``gamma`` tokens after each live row's anchor (at sequence position ``starts[j]``, the row's
+        verified tokens ``tokens[j]``) in one forward per pass. Returns the drafts, their calibrated
+        conditional acceptance estimates, and the passes run."""
+        self._flush()
+        inputs, noise_mask = self._block_inputs(anchors, tokens, gamma)
+        start = torch.tensor(starts)
+        draft, top1 = self.drafter.draft_rows(self.contexts, inputs, start, noise_mask)
+        passes = 1
+        for _ in range(self.options.num_jacobi_passes):
+            new_inputs = torch.cat([inputs[:, :1], draft[:, :-1].to(inputs.device)], dim=1)
+            if torch.equal(new_inputs, inputs):
+                break  # every row at its fixed point
+            inputs = new_inputs
+            draft, top1 = self.drafter.draft_rows(self.contexts, inputs, start)
+            passes += 1
+        agreed = torch.zeros_like(top1, dtype=torch.bool)
+        agreed[:, :-1] = draft[:, :-1].to(inputs.device) == inputs[:, 1:]
+        raw = self.acceptance.accept_probs(acceptance_features(top1.cpu(), agreed.cpu()))
+        self.raw = raw.tolist()
+        probs = [self.calibration.chain(CHAIN_SOURCE, r) for r in self.raw]
+        return draft.cpu().tolist(), probs, passes
+
+    def verified(self, j: int, drafted: int, accepted: int) -> None:
+        """Row ``j`` verified ``drafted`` of its drafted tokens this round and accepted ``accepted``."""
+        self.calibration.observe_chain(CHAIN_SOURCE, self.raw[j][:drafted], accepted)
