@@ -22,6 +22,18 @@ def left_padded(rows, pad=0):
     return ids, mask
 
 
+def same_with_an_early_eos(target, ids, mask, plain, assistant, max_new_tokens):
+    """Pick as EOS a token that one row of ``plain`` (the batched plain output) writes early and another
+    never writes, decode with it both ways, assert the outputs equal; returns which rows ended."""
+    generated = plain[:, ids.shape[1]:].tolist()
+    eos = next(t for row in generated for t in row[2:12] if any(t not in other for other in generated))
+    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=0, eos_token_id=eos)
+    out = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=0, eos_token_id=eos,
+                          assistant_model=assistant)
+    assert torch.equal(out, ref)
+    return [bool((row == eos).any()) for row in ref[:, ids.shape[1]:]]
+
+
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
 def target(request):
     return tiny_llama() if request.param == "llama" else tiny_qwen2()
@@ -73,17 +85,53 @@ def test_bad_batches_get_clear_errors():
         bd.check_left_padded(ids, mask[:, 1:])
 
 
-def test_a_sliding_window_target_is_refused_by_name():
-    from transformers import MistralConfig, MistralForCausalLM
+def _sliding_targets():
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig, MistralConfig, MistralForCausalLM
 
     torch.manual_seed(0)
-    cfg = MistralConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                        num_key_value_heads=2, sliding_window=8)
-    target = MistralForCausalLM(cfg).eval()
-    ids, mask = left_padded([[5, 6, 7, 8, 9, 10, 11, 12, 13, 14], [3, 4]])
-    with pytest.raises(ValueError, match="dynamic full-attention cache"):
-        target.generate(ids, attention_mask=mask, assistant_model=DrafterFreeAssistant.for_target(target), max_new_tokens=4,
-                        pad_token_id=0)
+    mistral = MistralForCausalLM(MistralConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                               num_attention_heads=4, num_key_value_heads=2, sliding_window=6)).eval()
+    torch.manual_seed(0)
+    gemma = Gemma3ForCausalLM(Gemma3TextConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                               num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=6,
+                                               layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                               pad_token_id=0, bos_token_id=1, eos_token_id=2)).eval()
+    return {"mistral (every layer sliding)": mistral, "gemma3 (sliding and full layers)": gemma}
+
+
+@pytest.mark.parametrize("name", ["mistral (every layer sliding)", "gemma3 (sliding and full layers)"])
+def test_sliding_window_targets_write_what_batched_plain_decoding_writes(name):
+    """fp32, greedy, windows far shorter than the rows: every row equals transformers' batched plain
+    decoding with the same padding (whose sliding layers keep a window of columns), rows accepting
+    different counts, holes and all; a row that stops early too."""
+    target = _sliding_targets()[name]
+    ids, mask = left_padded(ROWS)
+    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=30, pad_token_id=0, eos_token_id=None)
+    assistant = DrafterFreeAssistant.for_target(target, DrafterFreeConfig(budget=8))
+    out = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=30, pad_token_id=0, eos_token_id=None,
+                          assistant_model=assistant)
+    assert torch.equal(out, ref)
+    assert assistant.generation_stats.tau > 1.0 and len(set(assistant.generation_stats.accepted_lengths)) > 1  # drafts accepted: holes
+    same_with_an_early_eos(target, ids, mask, ref, assistant, 30)
+
+
+def test_window_mask_on_hand_numbers():
+    real = torch.tensor([[1, 1, 0, 1, 1]])  # a hole at column 2
+    pos = torch.tensor([[0, 1, 1, 2, 3]])
+    query = torch.tensor([[3]])
+    assert bd.window_mask(real, pos, query, None).int().tolist() == [[[[1, 1, 0, 1, 1]]]]
+    assert bd.window_mask(real, pos, query, 2).int().tolist() == [[[[0, 0, 0, 1, 1]]]]  # 3 - 1 = 2 is not < 2
+
+
+def test_a_padded_batch_without_a_mask_is_read_as_transformers_reads_it():
+    """Rows of different lengths padded with the pad token and no mask: generate infers the mask from the
+    pad token, as it does for plain decoding, and the output is the masked batch's."""
+    target = tiny_llama()
+    ids, mask = left_padded(ROWS[:3], pad=0)
+    assistant = DrafterFreeAssistant.for_target(target)
+    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=12, pad_token_id=0)
+    out = target.generate(ids, do_sample=False, max_new_tokens=12, pad_token_id=0, assistant_model=assistant)
+    assert torch.equal(out, ref)
 
 
 def test_compact_layout_on_hand_numbers():
@@ -181,14 +229,60 @@ def test_drafter_rows_are_batched_plain_decoding_and_rows_stop_on_their_own(trai
     drafted = [a for a, s in zip(stats.accepted_lengths, stats.round_sources) if s == "drafter"]
     assert max(drafted) >= 2 and len(set(drafted)) > 1  # ... and rows accepted different counts of them
 
-    generated = ref[:, ids.shape[1]:].tolist()
-    eos = next(t for row in generated for t in row[2:12] if any(t not in other for other in generated))
-    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40, pad_token_id=0, eos_token_id=eos)
-    out = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40, pad_token_id=0, eos_token_id=eos,
-                          assistant_model=assistant)
-    assert torch.equal(out, ref)
-    ended = [bool((row == eos).any()) for row in ref[:, ids.shape[1]:]]
+    ended = same_with_an_early_eos(target, ids, mask, ref, assistant, 40)
     assert any(ended) and not all(ended)
+
+
+def test_drafter_tree_rows_are_batched_plain_decoding(trained):
+    """fp32, greedy, ``batch_trees``: a token tree per row (the drafter's top-k with the row's n-gram
+    continuation grafted in), rows padded to one width under their own tree masks, each row keeping its
+    accepted path's columns: every row equals transformers' batched greedy output, EOS rows too."""
+    from hf_jetspec.assistant import assistant_for
+
+    target, drafter, rows = trained
+    ids, mask = left_padded(rows)
+    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40, pad_token_id=0)
+    assistant = assistant_for(drafter)
+    drafter.drafting_config = drafter.drafting_config.replace(batch_trees=True)
+    try:
+        out = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40, pad_token_id=0, assistant_model=assistant)
+        assert torch.equal(out, ref)
+        stats = assistant.generation_stats
+        assert stats.drafter_runs > 0 and max(stats.accepted_lengths) >= 2
+        eos = int(ref[0, ids.shape[1] + 5])
+        ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40, pad_token_id=0, eos_token_id=eos)
+        out = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40, pad_token_id=0, eos_token_id=eos,
+                              assistant_model=assistant)
+        assert torch.equal(out, ref)
+    finally:
+        drafter.drafting_config = drafter.drafting_config.replace(batch_trees=False)
+
+
+def test_tree_rows_on_a_sliding_window_target_keep_the_window():
+    """A random drafter's trees on a target whose every layer slides (window 6): the tree masks and the
+    window together give what batched plain decoding writes."""
+    from hf_jetspec import JetSpecDrafter
+
+    target = _sliding_targets()["mistral (every layer sliding)"]
+    torch.manual_seed(1)
+    drafter = JetSpecDrafter.for_target(target)
+    drafter.drafting_config = drafter.drafting_config.replace(batch_trees=True, budget=6)
+    ids, mask = left_padded(ROWS)
+    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=24, pad_token_id=0, eos_token_id=None)
+    out = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=24, pad_token_id=0, eos_token_id=None,
+                          assistant_model=drafter)
+    assert torch.equal(out, ref)
+    assert drafter.generation_stats.drafter_runs > 0
+
+
+def test_tree_round_mask_on_hand_numbers():
+    real, pos = torch.tensor([[1, 0, 1]]), torch.tensor([[0, 0, 1]])
+    query = torch.tensor([[2, 3, 3]])  # the anchor at 2, two siblings at depth 1
+    block = torch.tensor([[[1, 0, 0], [1, 1, 0], [1, 0, 1]]], dtype=torch.bool)
+    got = bd.tree_round_mask(real, pos, query, block, None).int()[0, 0].tolist()
+    assert got == [[1, 0, 1, 1, 0, 0], [1, 0, 1, 1, 1, 0], [1, 0, 1, 1, 0, 1]]
+    got = bd.tree_round_mask(real, pos, query, block, 2).int()[0, 0].tolist()  # keys 2 or more positions back drop out
+    assert got == [[0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 0], [0, 0, 0, 1, 0, 1]]
 
 
 def test_draft_rows_drafts_each_row_as_its_own_cache_would(trained):

@@ -57,10 +57,20 @@ class CharTokenizer:
     """Enough of a tokenizer for the docs' blocks: text -> ids within the tiny target's vocabulary."""
 
     pad_token_id = 0
+    padding_side = "right"
 
-    def __call__(self, text, return_tensors=None):
-        ids = torch.tensor([[3 + ord(c) % 120 for c in text]])
-        return BatchEncoding({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+    def __call__(self, text, return_tensors=None, padding=False):
+        texts = [text] if isinstance(text, str) else list(text)
+        rows = [[3 + ord(c) % 120 for c in t] for t in texts]
+        width = max(map(len, rows))
+        if len(rows) > 1 and not padding and len(set(map(len, rows))) > 1:
+            raise ValueError("texts of different lengths need padding=True")
+        ids = torch.full((len(rows), width), self.pad_token_id)
+        mask = torch.zeros_like(ids)
+        for b, r in enumerate(rows):
+            cols = slice(width - len(r), width) if self.padding_side == "left" else slice(0, len(r))
+            ids[b, cols], mask[b, cols] = torch.tensor(r), 1
+        return BatchEncoding({"input_ids": ids, "attention_mask": mask})
 
     def decode(self, ids, **kwargs):
         return "".join(chr(97 + int(i) % 26) for i in ids)

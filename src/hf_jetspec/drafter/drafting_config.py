@@ -107,6 +107,11 @@ class DraftingConfig:
             of a target step one pass can be better: the shipped SmolLM2 drafter sets 0 (faster in
             four SmolLM2 runs), the Qwen2.5-Coder-1.5B one keeps 1 (faster there); see
             docs/reports/2026-11-30-tree-verification-against-chains.md.
+        batch_trees: in batched ``generate`` (several left-padded rows) under greedy decoding, verify
+            a best-first token tree per row (the drafter's top-``tree_top_k`` candidates with the
+            row's n-gram continuation grafted in, priced by the same calibration as one-row trees)
+            instead of a chain per row. Off by default (see docs/round-policy.md, "Several prompts at
+            once", for what it measured).
         tree_branches: with ``tree="auto"``, re-draft what follows the first ``tree_branches``
             depth-1 alternatives in one batched drafter pass, so that their subtrees hold the
             drafter's predictions after those tokens rather than after the top-1 one (0: off).
@@ -161,6 +166,7 @@ class DraftingConfig:
     tree_top_k: int = 8
     tree_nodes: int | None = None
     tree_branches: int = 0
+    batch_trees: bool = False
     tree_jacobi_passes: int | None = None
     tree_max_temperature: float | None = None
     tree_max_context: int | None = None
@@ -223,6 +229,8 @@ class DraftingConfig:
             raise ValueError(f"tree_top_k must be an int >= 1, got {self.tree_top_k!r}")
         if self.tree_nodes is not None and (isinstance(self.tree_nodes, bool) or not isinstance(self.tree_nodes, int) or self.tree_nodes < 1):
             raise ValueError(f"tree_nodes must be None or an int >= 1, got {self.tree_nodes!r}")
+        if not isinstance(self.batch_trees, bool):
+            raise ValueError(f"batch_trees must be True or False, got {self.batch_trees!r}")
         if not isinstance(self.tree_branches, int) or not 0 <= self.tree_branches < self.tree_top_k:
             raise ValueError(f"tree_branches must be an int in 0..tree_top_k - 1 ({self.tree_top_k - 1}), got {self.tree_branches!r}")
         if self.context_window is not None:

@@ -467,6 +467,16 @@ class JetSpecDrafter(PreTrainedModel):
         return ids, summary.top1_prob.reshape(bsz, gamma)
 
     @torch.no_grad()
+    def draft_rows_topk(self, contexts: RowContexts, block_input_ids: torch.Tensor, start_positions: torch.Tensor, k: int,
+                        noise_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`draft_rows` with each position's top-``k`` candidates: the argmax ids ``[B, gamma]``
+        and the top-``k`` target ids and probabilities ``[B, gamma, k]`` (float32)."""
+        layers, visible = contexts.view()
+        ids, logits = self.draft_blocks(self.new_cache(), block_input_ids, start_positions, noise_mask, extra=(layers, visible))
+        probs, rows = torch.softmax(logits.float(), dim=-1).topk(min(k, logits.shape[-1]), dim=-1)
+        return ids, self._to_target_ids(rows), probs
+
+    @torch.no_grad()
     def extra_context(self, target_states: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per-layer keys/values of rows that are not in the cache (e.g. foresight-predicted states [1, E, n*H])."""
         ctx = self.project_context(target_states.to(self.device))

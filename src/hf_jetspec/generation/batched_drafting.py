@@ -20,9 +20,11 @@ import torch
 
 from ..drafter.drafter_cache import gather_pending, trim_pending
 from ..drafter.jacobi import sample_noise_tokens
-from ..policy import acceptance_features
+from ..policy import acceptance_features, node_features
+from .tree import RankedTree, chain_tree, ranked_tree
 
 CHAIN_SOURCE = "drafter-chain"  # the same calibration source as one-row chain rounds (candidate_generator.CHAIN_SOURCE)
+NODE_SOURCE = "drafter"  # ... and as one-row tree rounds' drafter nodes (tree_decoding.TreeRoundPolicy)
 
 
 def check_batched_drafter(assistant) -> None:
@@ -94,29 +96,71 @@ class BatchedDrafter:
             noise_mask = (torch.arange(gamma, device=device) > 0)[None].expand(len(anchors), -1)
         return inputs, noise_mask
 
+    def _jacobi(self, anchors, starts, tokens, gamma: int, passes: int, run):
+        """J0 and the Jacobi passes for every live row at once; ``run(inputs, start, noise_mask)`` is one
+        drafter forward returning ``(argmax ids, extra)``. Returns the final ids, extra, agreement
+        with the pass's inputs ``[B, gamma]`` and the passes run."""
+        self._flush()
+        inputs, noise_mask = self._block_inputs(anchors, tokens, gamma)
+        start = torch.tensor(starts)
+        draft, extra = run(inputs, start, noise_mask)
+        ran = 1
+        for _ in range(passes):
+            new_inputs = torch.cat([inputs[:, :1], draft[:, :-1].to(inputs.device)], dim=1)
+            if torch.equal(new_inputs, inputs):
+                break  # every row at its fixed point
+            inputs = new_inputs
+            draft, extra = run(inputs, start, None)
+            ran += 1
+        agreed = torch.zeros(draft.shape, dtype=torch.bool)
+        agreed[:, :-1] = (draft[:, :-1].to(inputs.device) == inputs[:, 1:]).cpu()
+        return draft, extra, agreed, ran
+
     @torch.no_grad()
     def propose(self, anchors: list[int], starts: list[int], tokens: list[torch.Tensor], gamma: int) -> tuple[list[list[int]], list[list[float]], int]:
         """Draft ``gamma`` tokens after each live row's anchor (at sequence position ``starts[j]``, the row's
         verified tokens ``tokens[j]``) in one forward per pass. Returns the drafts, their calibrated
         conditional acceptance estimates, and the passes run."""
-        self._flush()
-        inputs, noise_mask = self._block_inputs(anchors, tokens, gamma)
-        start = torch.tensor(starts)
-        draft, top1 = self.drafter.draft_rows(self.contexts, inputs, start, noise_mask)
-        passes = 1
-        for _ in range(self.options.num_jacobi_passes):
-            new_inputs = torch.cat([inputs[:, :1], draft[:, :-1].to(inputs.device)], dim=1)
-            if torch.equal(new_inputs, inputs):
-                break  # every row at its fixed point
-            inputs = new_inputs
-            draft, top1 = self.drafter.draft_rows(self.contexts, inputs, start)
-            passes += 1
-        agreed = torch.zeros_like(top1, dtype=torch.bool)
-        agreed[:, :-1] = draft[:, :-1].to(inputs.device) == inputs[:, 1:]
-        raw = self.acceptance.accept_probs(acceptance_features(top1.cpu(), agreed.cpu()))
+        draft, top1, agreed, passes = self._jacobi(anchors, starts, tokens, gamma, self.options.num_jacobi_passes,
+                                                   lambda x, start, m: self.drafter.draft_rows(self.contexts, x, start, m))
+        raw = self.acceptance.accept_probs(acceptance_features(top1.cpu(), agreed))
         self.raw = raw.tolist()
         probs = [self.calibration.chain(CHAIN_SOURCE, r) for r in self.raw]
         return draft.cpu().tolist(), probs, passes
+
+    @torch.no_grad()
+    def propose_trees(self, anchors: list[int], starts: list[int], tokens: list[torch.Tensor], gamma: int, depths: list[int],
+                      chains: list[list]) -> tuple[list, int]:
+        """A best-first tree per live row, as one-row tree rounds build it: the drafter's top-``tree_top_k``
+        candidates of each position (all rows in one forward per pass) scored by the acceptance model,
+        with the row's ``chains`` (``(tokens, conditional estimates)``, an n-gram continuation) grafted
+        in, at most ``tree_node_budget`` nodes and ``depths[j]`` deep. Returns per row the
+        :class:`~hf_jetspec.generation.tree.RankedTree` and the expected acceptance of each node's path
+        (drafter nodes through the running calibration of their scores), and the passes run."""
+        k = self.options.tree_top_k
+
+        def run(x, start, noise_mask):
+            ids, top_ids, top_probs = self.drafter.draft_rows_topk(self.contexts, x, start, k, noise_mask)
+            return ids, (top_ids, top_probs)
+
+        _, (top_ids, top_probs), agreed, passes = self._jacobi(anchors, starts, tokens, gamma, self.options.tree_passes, run)
+        plans = []
+        for j, depth in enumerate(depths):
+            if depth <= 0:  # no room before the length limit: an empty tree (a plain step for the row)
+                plans.append((RankedTree(chain_tree([]), [], [[] for _ in chains[j]], []), []))
+                continue
+            table = self.acceptance.accept_probs(node_features(top_probs[j, :depth].cpu(), agreed[j, :depth]))
+            ranked = ranked_tree(top_ids[j, :depth].cpu(), table, self.options.tree_node_budget, None, chains[j])
+            drafted = self.calibration(NODE_SOURCE, ranked.scores)
+            plans.append((ranked, [s if grafted else d for s, d, grafted in zip(ranked.scores, drafted, ranked.from_chain)]))
+        return plans, passes
+
+    def verified_tree(self, ranked, nodes: int, accepted: list[int]) -> None:
+        """A row's tree verified its first ``nodes`` nodes and accepted the path ``accepted``."""
+        on_path = set(accepted)
+        scored = [(s, i) for i, (s, grafted) in enumerate(zip(ranked.scores[:nodes], ranked.from_chain[:nodes])) if not grafted]
+        if scored:
+            self.calibration.observe(NODE_SOURCE, [s for s, _ in scored], [i in on_path for _, i in scored])
 
     def verified(self, j: int, drafted: int, accepted: int) -> None:
         """Row ``j`` verified ``drafted`` of its drafted tokens this round and accepted ``accepted``."""

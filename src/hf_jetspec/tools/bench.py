@@ -86,12 +86,13 @@ JETSPEC_VARIANTS = {
     "jetspec-online": {},  # the bench's jetspec options on its own drafter copy, learning after every item
     "jetspec-lm": {},  # the bench's jetspec options with the --lm-source model proposing chains beside the drafter
     "jetspec-wide": {"tree_nodes": 32},  # policy trees may verify up to 32 nodes (the cost model still picks the count)
+    "jetspec-batch-tree": {"batch_trees": True},  # with --batch-size > 1: a token tree per row (greedy), else as jetspec
 }
 DRAFTER_FREE_VARIANTS = ("drafter-free", "drafter-free-tree")
 PLAIN_METHODS = ("ar", "ar-compiled", "ar-static")  # the target alone: no rounds, no tau
 METHODS = ("ar", "ar-compiled", "ar-static", "prompt-lookup", *DRAFTER_FREE_VARIANTS, *JETSPEC_VARIANTS, "assisted", "hf-dflash")
 # what runs on several rows at once; the rest say why not in the result (``unavailable``)
-BATCH_METHODS = ("ar", "drafter-free")
+BATCH_METHODS = ("ar", "drafter-free", "jetspec", "jetspec-chain", "jetspec-batch-tree")
 BATCH_UNAVAILABLE = {
     "prompt-lookup": "transformers' prompt lookup refuses more than one row (assisted generate is only supported for batch_size = 1)",
     "assisted": "transformers' assisted generation refuses more than one row",
@@ -100,6 +101,7 @@ BATCH_UNAVAILABLE = {
     "ar-static": "static_greedy decodes one row",
     "drafter-free-tree": "batched rounds verify chains (trees run one row at a time)",
 }
+BATCH_JETSPEC_UNAVAILABLE = "batched rounds run the drafter's chains with the round policy; this variant's features run one row at a time"
 DEFAULT_ASSISTANTS = {"qwen2.5-coder-1.5b": "qwen2.5-coder-0.5b"}
 
 
@@ -499,7 +501,7 @@ def run_batched(setup: BenchSetup, config: BenchConfig, progress: bool = True) -
     for name in config.methods:
         if name not in BATCH_METHODS:
             setup.extra.setdefault(name, {})["unavailable"] = BATCH_UNAVAILABLE.get(
-                name, "batched rounds with a drafter are not built yet: run it with --batch-size 1")
+                name, BATCH_JETSPEC_UNAVAILABLE if name in JETSPEC_VARIANTS else "runs one row at a time: run it with --batch-size 1")
     eos_id = target.generation_config.eos_token_id
     eos = set(eos_id if isinstance(eos_id, (list, tuple)) else [eos_id]) - {None}
     pad = setup.tokenizer.pad_token_id if setup.tokenizer.pad_token_id is not None else next(iter(eos), 0)
@@ -538,6 +540,8 @@ def run_batched(setup: BenchSetup, config: BenchConfig, progress: bool = True) -
             rec.peak_memory_mb = max(rec.peak_memory_mb, peak)
             if name in DRAFTER_FREE_VARIANTS:
                 _add_generation_stats(rec, setup.drafter_free[name].generation_stats)
+            elif name in JETSPEC_VARIANTS:
+                _add_generation_stats(rec, _drafter_of(setup, name).generation_stats)
             bar.update(1)
             bar.set_postfix_str(f"batch {i + 1} {name} {total / elapsed:.1f} tok/s")
     bar.close()
