@@ -136,8 +136,9 @@ def test_unsupported_generation_settings(llama_target):
         llama_target.generate(prompt, assistant_model=drafter, num_beams=2, max_new_tokens=4)
     with pytest.raises(ValueError, match="num_return_sequences has to be 1"):
         llama_target.generate(prompt, assistant_model=drafter, do_sample=True, num_return_sequences=2, max_new_tokens=4)
-    with pytest.raises(ValueError, match="batch_size = 1"):
-        llama_target.generate(torch.tensor([[1, 2, 3], [4, 5, 6]]), attention_mask=torch.ones(2, 3, dtype=torch.long), assistant_model=drafter, max_new_tokens=4)
+    with pytest.raises(ValueError, match="left padding"):  # several rows batch (tests/test_batched_decoding.py); right padding does not
+        llama_target.generate(torch.tensor([[1, 2, 3], [4, 5, 0]]), attention_mask=torch.tensor([[1, 1, 1], [1, 1, 0]]),
+                              assistant_model=drafter, max_new_tokens=4, pad_token_id=0)
     with pytest.raises(ValueError, match="unpadded prompt"):
         llama_target.generate(prompt, attention_mask=torch.tensor([[0, 1, 1]]), assistant_model=drafter, max_new_tokens=4)
     with pytest.raises(ValueError, match="assistant_ensemble_weight"):

@@ -303,13 +303,15 @@ def test_bench_batches_rows_in_file_order_and_says_what_cannot_batch(tmp_path):
     batched plain rows; methods that cannot run on several rows say why instead of running."""
     from hf_jetspec.tools.bench import BenchConfig, run_bench
 
-    cfg = BenchConfig(prompts="humaneval", limit=3, max_new_tokens=24, methods=("ar", "prompt-lookup", "drafter-free", "jetspec"),
+    cfg = BenchConfig(prompts="humaneval", limit=3, max_new_tokens=24,
+                      methods=("ar", "prompt-lookup", "drafter-free", "jetspec", "jetspec-batch-tree", "jetspec-int8"),
                       warmup_tokens=4, output=str(tmp_path / "b.json"), dtype="float32", batch_size=2)
     run_bench(cfg, progress=False)
     saved = json.loads((tmp_path / "b.json").read_text())
     m = saved["methods"]
     assert saved["config"]["batch_size"] == 2 and saved["config"]["num_items"] == 3
-    assert len(m["ar"]["outputs"]) == len(m["drafter-free"]["outputs"]) == 3
-    assert m["drafter-free"]["exact_match_vs_ar"] == 1.0 and m["drafter-free"]["tokens_per_s"] > 0 and m["drafter-free"]["tau"] >= 1.0
-    assert "refuses more than one row" in m["prompt-lookup"]["unavailable"] and "not built yet" in m["jetspec"]["unavailable"]
+    assert len(m["ar"]["outputs"]) == len(m["drafter-free"]["outputs"]) == len(m["jetspec"]["outputs"]) == 3
+    for name in ("drafter-free", "jetspec", "jetspec-batch-tree"):  # fp32: every row is batched plain decoding's
+        assert m[name]["exact_match_vs_ar"] == 1.0 and m[name]["tokens_per_s"] > 0 and m[name]["tau"] >= 1.0, name
+    assert "refuses more than one row" in m["prompt-lookup"]["unavailable"] and "one row at a time" in m["jetspec-int8"]["unavailable"]
     assert "tokens_per_s" not in m["prompt-lookup"]
