@@ -146,27 +146,28 @@ def test_verify_row_greedy_on_hand_numbers():
 
 
 # ------------------------------------------------------------------------------------------ sampling law at batch 2
-def _law_target():
-    from test_sampling_exactness import small_target
+def _law_batch(monkeypatch):
+    """The enumerable target, a batch of two rows, and the exact law of each row's first tokens."""
+    import test_sampling_exactness as se
 
-    return small_target()
+    target = se.small_target()
+    rows = [[1, 3, 0, 2, 1, 3, 0], [2, 2, 1, 2, 2]]
+    ids, mask = left_padded(rows, pad=0)
+    laws = []
+    for r in rows:
+        monkeypatch.setattr(se, "PROMPT", torch.tensor([r]))
+        laws.append(se.exact_joint(target, []))
+    return target, ids, mask, laws
 
 
 def test_sampling_follows_the_targets_law_row_by_row_at_batch_2(monkeypatch):
     """Each row of a batch of two, sampled with n-gram point-mass proposals, follows the exact law of
     its own first tokens; a verifier that draws the correction from p (not p without the rejected
     draft) is caught by the same test."""
-    from test_sampling_exactness import NEW, SAMPLES, chi2_pvalue, exact_joint
+    from test_sampling_exactness import NEW, SAMPLES, chi2_pvalue
 
-    import test_sampling_exactness as se
 
-    target = _law_target()
-    rows = [[1, 3, 0, 2, 1, 3, 0], [2, 2, 1, 2, 2]]
-    ids, mask = left_padded(rows, pad=0)
-    laws = []
-    for r in rows:
-        monkeypatch.setattr(se, "PROMPT", torch.tensor([r]))
-        laws.append(exact_joint(target, []))
+    target, ids, mask, laws = _law_batch(monkeypatch)
 
     def counts(verify=None):
         if verify is not None:
@@ -357,18 +358,11 @@ def test_batched_drafter_refuses_what_it_does_not_run_by_name(trained):
 def test_drafted_batches_follow_the_targets_law_row_by_row(monkeypatch):
     """Sampling at batch 2 with the block drafter's drafts verified as point masses: each row follows the
     exact law of its own first tokens."""
-    from test_sampling_exactness import NEW, SAMPLES, chi2_pvalue, exact_joint, sharp_drafter
+    from test_sampling_exactness import NEW, SAMPLES, chi2_pvalue, sharp_drafter
 
-    import test_sampling_exactness as se
     from hf_jetspec.assistant import assistant_for
 
-    target = _law_target()
-    rows = [[1, 3, 0, 2, 1, 3, 0], [2, 2, 1, 2, 2]]
-    ids, mask = left_padded(rows, pad=0)
-    laws = []
-    for r in rows:
-        monkeypatch.setattr(se, "PROMPT", torch.tensor([r]))
-        laws.append(exact_joint(target, []))
+    target, ids, mask, laws = _law_batch(monkeypatch)
     drafter = sharp_drafter(target)
     drafter.drafting_config.ngram = False  # every proposal from the drafter
     assistant = assistant_for(drafter)

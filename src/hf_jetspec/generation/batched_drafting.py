@@ -21,27 +21,18 @@ import torch
 from ..drafter.drafter_cache import gather_pending, trim_pending
 from ..drafter.jacobi import sample_noise_tokens
 from ..policy import acceptance_features, node_features
+from .candidate_generator import CHAIN_SOURCE  # the calibration source of one-row chain rounds
 from .tree import RankedTree, chain_tree, ranked_tree
 
-CHAIN_SOURCE = "drafter-chain"  # the same calibration source as one-row chain rounds (candidate_generator.CHAIN_SOURCE)
 NODE_SOURCE = "drafter"  # ... and as one-row tree rounds' drafter nodes (tree_decoding.TreeRoundPolicy)
 
 
 def check_batched_drafter(assistant) -> None:
-    """Clear errors for what batched rounds do not run with a drafter."""
-    options = assistant.drafter.drafting_config
-    if options.needs_foresight_models:
+    """What only batched drafter rounds refuse (the seam refuses compiled rounds, an LM source and
+    online learning for every batched call; ``new_row_contexts`` a sliding-window drafter)."""
+    if assistant.drafter.drafting_config.needs_foresight_models:
         raise ValueError("foresight drafting and context refreshes draft one sequence at a time: set foresight=False and "
                          "num_context_refreshes=0 for batched generate")
-    if options.compiled_rounds:
-        raise ValueError("compiled rounds run one sequence at a time: set compiled_rounds=False for batched generate")
-    if assistant.lm_source is not None:
-        raise ValueError("an LM source proposes for one sequence at a time: detach it (attach_lm_source(None)) for batched generate")
-    if assistant.online_learner is not None:
-        raise ValueError("online learning records one sequence at a time: stop_learning() before batched generate")
-    if assistant.drafter.config.sliding_window is not None:
-        raise ValueError("a sliding-window drafter drafts one sequence at a time: batched generate needs a drafter with "
-                         "full attention (sliding_window=None)")
 
 
 class BatchedDrafter:
